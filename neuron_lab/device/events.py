@@ -1,0 +1,68 @@
+"""The instrumentation bus: how the device and runtime tell observers what happened.
+
+Layers import one way (device -> runtime -> telemetry -> jupyter), so the lower layers cannot
+call telemetry directly. Instead they ``emit`` onto this bus and telemetry ``subscribe``s.
+
+Cost model: per-op work is *never* an event (it is a counter increment in
+``neuron_lab.device.tracking``); events are for things that happen at most once per launch,
+compile, sync point, fallback or transfer. ``emit`` is a no-op loop when nobody listens.
+
+Event kinds and their payload keys (all values JSON-safe):
+
+=================  =====================================================================
+``launch``         region (int, -1 for a lone per-op launch batch), ops (int),
+                   kind ("per-op" | "fused"), seconds (host seconds spent launching)
+``compile``        region (int), seconds (float), outcome ("queued" | "running" | "ok" |
+                   "failed" | "slower"), error (str | None)
+``sync``           reason ("item" | "cpu" | "tolist" | "repr" | "bool" | "numpy" |
+                   "data-dependent" | "synchronize" | "queue-limit" | "memory" | "cell-end")
+``fallback``       op (str), reason (str), location ("file.py:12")
+``transfer``       direction ("h2d" | "d2h"), nbytes (int)
+``flush``          reason (same vocabulary as sync), ops (int), depth (queue depth before)
+``oom``            requested (int), allocated (int), capacity (int)
+=================  =====================================================================
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+LAUNCH = "launch"
+COMPILE = "compile"
+SYNC = "sync"
+FALLBACK = "fallback"
+TRANSFER = "transfer"
+FLUSH = "flush"
+OOM = "oom"
+
+_listeners: tuple[Listener, ...] = ()
+_lock = threading.Lock()
+
+
+def subscribe(fn: Listener) -> Callable[[], None]:
+    """Call ``fn(kind, payload)`` for every event; returns the function that unsubscribes."""
+    global _listeners
+    with _lock:
+        _listeners = _listeners + (fn,)
+
+    def unsubscribe() -> None:
+        global _listeners
+        with _lock:
+            _listeners = tuple(f for f in _listeners if f is not fn)
+
+    return unsubscribe
+
+
+def active() -> bool:
+    """True when someone listens: lets emitters skip building a payload."""
+    return bool(_listeners)
+
+
+def emit(kind: str, **payload: Any) -> None:
+    for fn in _listeners:
+        try:
+            fn(kind, payload)
+        except Exception:  # an observer must never break the program it observes
+            pass

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up a development environment from the repo's own files: a venv in .venv with the pinned
+# CPU build of torch, neuron_lab (editable, with the built JupyterLab extension) and test extras,
+# and Debian's chromium for the browser tests. Idempotent; safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${NEURON_LAB_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# Pin the CPU build first: an unpinned torch could pull a multi-GB CUDA wheel.
+"$VENV/bin/python" -m pip install -q "torch==${NEURON_LAB_TORCH:-2.13.0}"
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+if [ "${NEURON_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: could not install chromium; browser tests will be skipped" >&2
+  else
+    echo "setup: chromium not found and not root; browser tests will be skipped" >&2
+  fi
+fi
+echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
