@@ -1,0 +1,66 @@
+"""neuron_lab: PyTorch on an (emulated) AWS Trainium ``neuron`` device, Jupyter first.
+
+``import neuron_lab`` registers the ``neuron`` device (idempotent). Layers, each importing only
+the ones above it: ``device`` -> ``runtime`` -> ``telemetry`` -> ``jupyter``; this module is the
+façade that re-exports the public names (see ``shared/DESIGN.md``, "Public names").
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .device import register as _register
+
+_register()
+
+from .device import config as _config  # noqa: E402
+from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
+from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
+
+
+def set_fallback(policy: str) -> None:
+    """float64/complex policy: "host" (run on the host, record), "warn" (also warn once per op
+    and location) or "error" (raise naming the op and the fix). Env: NEURON_LAB_FALLBACK."""
+    _config.FALLBACK.set(policy)
+
+
+def get_fallback() -> str:
+    return _config.FALLBACK.get()
+
+
+def metrics() -> dict:
+    """JSON-safe snapshot: counters, regions, memory, cells."""
+    from .telemetry import metrics as _metrics
+    return _metrics()
+
+
+def metrics_report() -> str:
+    """Human-readable report (like torch_xla's metrics_report())."""
+    from .telemetry import metrics_report as _report
+    return _report()
+
+
+def profile(*args, **kwargs):
+    """Context manager: torch.profiler with launch/compile ranges; exports a Chrome trace."""
+    from .telemetry import profile as _profile
+    return _profile(*args, **kwargs)
+
+
+def dashboard(*args, **kwargs):
+    """ipywidgets dashboard (memory, cells, fallbacks, regions) that updates live."""
+    from .jupyter import dashboard as _dashboard
+    return _dashboard(*args, **kwargs)
+
+
+def load_ipython_extension(ipython) -> None:
+    from .jupyter.extension import load_ipython_extension as _load
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .jupyter.extension import unload_ipython_extension as _unload
+    _unload(ipython)
+
+
+__all__ = ["set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
+           "clear_op_tracking", "metrics", "metrics_report", "set_fallback", "get_fallback",
+           "profile", "dashboard", "load_ipython_extension", "unload_ipython_extension"]

@@ -1,0 +1,75 @@
+"""Runtime knobs: every one is a ContextVar/environment-variable pair.
+
+A knob reads, in order: the value set in the current context (``knob.set`` or ``with
+knob.scoped(v)``), then the environment variable, then its default. Tests flip knobs with
+``scoped`` (tinygrad's ``Context(...)`` idiom) without leaking into other tests; scripts set the
+environment (``NEURON_LAB_MODE=eager python train.py``). Reading a knob is one ContextVar lookup.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+_UNSET = object()
+
+
+class Knob(Generic[T]):
+    def __init__(self, env: str, default: T, parse: Callable[[str], T] = str, *,
+                 choices: tuple | None = None, doc: str = "") -> None:
+        self.env, self.default, self.parse, self.choices, self.doc = env, default, parse, choices, doc
+        self._var: contextvars.ContextVar[Any] = contextvars.ContextVar(env, default=_UNSET)
+        self._env_cache: tuple[str | None, Any] = (None, _UNSET)
+
+    def _validate(self, value: Any) -> T:
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{self.env}: {value!r} is not one of {', '.join(map(repr, self.choices))}")
+        return value
+
+    def get(self) -> T:
+        v = self._var.get()
+        if v is not _UNSET:
+            return v
+        raw = os.environ.get(self.env)
+        if raw is None or raw == "":
+            return self.default
+        cached_raw, cached = self._env_cache
+        if raw != cached_raw:
+            cached = self._validate(self.parse(raw))
+            self._env_cache = (raw, cached)
+        return cached
+
+    def set(self, value: T) -> contextvars.Token:
+        return self._var.set(self._validate(value))
+
+    def reset(self) -> None:
+        """Forget any value set in this context (back to environment/default)."""
+        self._var.set(_UNSET)
+
+    @contextlib.contextmanager
+    def scoped(self, value: T) -> Iterator[T]:
+        token = self._var.set(self._validate(value))
+        try:
+            yield value
+        finally:
+            self._var.reset(token)
+
+    def __repr__(self) -> str:
+        return f"Knob({self.env}={self.get()!r})"
+
+
+def _bool(s: str) -> bool:
+    return s.strip().lower() in ("1", "true", "yes", "on")
+
+
+FALLBACK = Knob("NEURON_LAB_FALLBACK", "host", str, choices=("host", "warn", "error"),
+                doc="float64/complex policy: run on the host and record, also warn, or raise")
+EXECUTOR = Knob("NEURON_LAB_EXECUTOR", "cpu", str, choices=("cpu", "cuda"),
+                doc="host executor that holds the emulated device's data")
+HBM_GB = Knob("NEURON_LAB_HBM_GB", 0.0, float,
+              doc="modelled HBM capacity in GiB (0 = default: min(96, half of host RAM))")
+DEBUG = Knob("NEURON_LAB_DEBUG", 0, int, doc="1: one line per region cache hit/miss/compile on stderr")
+boolean = _bool

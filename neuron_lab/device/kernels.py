@@ -1,0 +1,219 @@
+"""The device's kernels: one generic PrivateUse1 kernel per ATen op, plus the transfer ops.
+
+Lookup order for an op called on ``neuron`` tensors (the dispatcher's, written down):
+1. a CompositeImplicitAutograd decomposition, if the op has one (we register nothing for those,
+   so autograd and decompositions behave as for any backend);
+2. our kernel, registered for every other ``aten`` op (ops with a backend or
+   CompositeExplicitAutograd kernel) — registering the explicit-composite ones too keeps view ops
+   like ``detach``/``alias`` on our path, so every result gets host data;
+3. a boxed PrivateUse1 fallback for anything else (non-aten namespaces), same generic path.
+
+The generic kernel ``execute`` = unwrap (host views of neuron tensors; device checks) ->
+policy (Trainium dtype rules, RNG and data-dependent ops recorded) -> run the op on the host
+executor -> account memory (OOM before any result escapes) -> wrap results (in-place/``out=``
+return the caller's own tensor, everything else a new shell). The adaptive runtime installs
+``launcher`` to queue ops instead; its per-op replay calls ``execute``.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import config, dtypes, memory, shell, tracking
+from .executor import host_device
+from .opinfo import OpFacts, facts
+
+Tensor = torch.Tensor
+_NEURON = "neuron"
+_HOST_ONLY = dtypes.HOST_ONLY
+
+launcher = None      # runtime hook: fn(facts, args, kwargs) -> result; None = eager per-op
+before_sync = None   # runtime hook: fn(reason) flushes queued work before the host reads data
+
+
+class DeviceMismatch(RuntimeError):
+    pass
+
+
+def _mismatch(f: OpFacts, t: Tensor) -> RuntimeError:
+    return DeviceMismatch(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"neuron:0 and {t.device}! (when checking arguments for {f.name}). "
+        f"Move the tensor with .to('neuron') (or the other one with .cpu()).")
+
+
+def _unwrap_list(f: OpFacts, seq, found: list) -> list:
+    out = []
+    for a in seq:
+        if isinstance(a, Tensor):
+            if a.is_cpu:
+                if a.dim() and not f.mixed_ok:
+                    raise _mismatch(f, a)
+            elif a.device.type == _NEURON:
+                found.append(a.dtype)
+                a = shell.host(a)
+        out.append(a)
+    return out
+
+
+def unwrap(f: OpFacts, args, kwargs, found: list):
+    """Host-side args/kwargs; appends the dtypes of neuron tensors seen to ``found``."""
+    hargs = []
+    for a in args:
+        if isinstance(a, Tensor):
+            if a.is_cpu:
+                if a.dim() and not f.mixed_ok:
+                    raise _mismatch(f, a)
+            else:
+                found.append(a.dtype)
+                try:
+                    d = a._d
+                except AttributeError:
+                    d = shell._recover(a)
+                a = d if d is not None else shell.materialize_hook(a)
+        elif type(a) is list or type(a) is tuple:
+            a = _unwrap_list(f, a, found)
+        hargs.append(a)
+    if kwargs:
+        hk = {}
+        for k, v in kwargs.items():
+            if isinstance(v, Tensor) and not v.is_cpu:
+                found.append(v.dtype)
+                v = shell.host(v)
+            elif type(v) is list:
+                v = _unwrap_list(f, v, found)
+            elif k == "device" and v is not None:
+                v = torch.device(v)
+                if v.type == _NEURON:
+                    if v.index not in (None, 0):
+                        raise bad_index(v)
+                    v = host_device()
+            hk[k] = v
+        return hargs, hk
+    return hargs, kwargs
+
+
+def bad_index(dev) -> RuntimeError:
+    return RuntimeError(
+        f"neuron: invalid device {dev}: this machine has 1 neuron device (neuron:0); "
+        f"use device='neuron' or 'neuron:0'")
+
+
+def _policy(f: OpFacts, dts) -> None:
+    """Trainium rules: host-only dtypes and RNG ops are fallbacks (recorded, maybe raise/warn)."""
+    for dt in dts:
+        if dt in _HOST_ONLY:
+            mode = config.FALLBACK.get()
+            if mode == "error":
+                loc, _ = tracking.user_location(4)
+                raise TypeError(
+                    f"neuron: {f.name} on {str(dt).replace('torch.', '')} is not supported on "
+                    f"device neuron:0 (Trainium has no {str(dt).replace('torch.', '')}), at {loc}. "
+                    f"Fix: {dtypes.fix_for(dt)}, or neuron_lab.set_fallback('host') to run it on "
+                    f"the host.")
+            loc = tracking.record_fallback(f.name, dtypes.reason_for(dt))
+            if mode == "warn":
+                tracking.warn_once(f.name, loc, f"neuron: {f.name} on {dt} falls back to the host "
+                                               f"at {loc}; {dtypes.fix_for(dt)}")
+            return
+    if f.random:
+        tracking.record_fallback(f.name, "random number generation runs on the host generator")
+
+
+def _out_dtype(kwargs) -> list:
+    dt = kwargs.get("dtype") if kwargs else None
+    return [dt] if dt is not None else []
+
+
+def execute(f: OpFacts, args, kwargs):
+    """Run one op now, on the host executor (the eager path)."""
+    found: list = []
+    hargs, hkwargs = unwrap(f, args, kwargs, found)
+    if f.data_dependent:
+        tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
+    if found or f.random or (kwargs and "dtype" in kwargs):
+        _policy(f, found + _out_dtype(kwargs))
+    tracking.executed[f.name] += 1
+    out = f.op(*hargs, **hkwargs)
+    return wrap_result(f, out, args, kwargs)
+
+
+def _wrap_value(f: OpFacts, h, alias, args, kwargs):
+    if alias is not None and alias[1]:           # in-place / out=: the caller's own tensor
+        where = alias[0]
+        orig = args[where] if type(where) is int and where < len(args) else kwargs.get(where)
+        if alias[2] or not isinstance(orig, Tensor) or orig.is_cpu:
+            return orig
+        if f.restride and (orig.shape != h.shape or orig.stride() != h.stride()
+                           or orig.storage_offset() != h.storage_offset()):
+            memory.retrack(h.untyped_storage())
+            shell.restride(orig, h)
+        return orig
+    return shell.wrap(h)
+
+
+def wrap_result(f: OpFacts, out, args, kwargs):
+    """Host results -> device results; new storages are counted (OOM raised before wrapping)."""
+    if f.has_device_kw and kwargs:
+        dev = kwargs.get("device")
+        if dev is not None and torch.device(dev).type != _NEURON:
+            return out                         # e.g. _to_copy(..., device='cpu'): a host result
+    t = type(out)
+    if t is Tensor:
+        if not (f.ret_alias[0] and f.ret_alias[0][1]):
+            st = out.untyped_storage()
+            if id(st) not in memory._live:
+                memory.check(st.nbytes(), f.name)
+                memory.track(st)
+        return _wrap_value(f, out, f.ret_alias[0], args, kwargs)
+    if t is tuple or t is list:
+        _account(f, out)
+        if t is list:   # TensorList returns (split, unbind, _foreach_*): fresh shells
+            return [shell.wrap(h) if isinstance(h, Tensor) else h for h in out]
+        return tuple(_wrap_value(f, h, f.ret_alias[i] if i < len(f.ret_alias) else None, args, kwargs)
+                     if isinstance(h, Tensor) else h for i, h in enumerate(out))
+    return out
+
+
+def _account(f: OpFacts, outs) -> None:
+    new = {}
+    for h in outs:
+        if isinstance(h, Tensor):
+            st = h.untyped_storage()
+            if id(st) not in memory._live:
+                new[id(st)] = st
+    if new:
+        memory.check(sum(s.nbytes() for s in new.values()), f.name)
+        for st in new.values():
+            memory.track(st)
+
+
+# --- transfers -------------------------------------------------------------------------------
+
+def copy_from(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
+    """``aten::_copy_from``: the cross-device half of ``copy_``."""
+    if src.device.type == _NEURON and dst.device.type == _NEURON:
+        shell.host(dst).copy_(shell.host(src))
+    elif src.device.type == _NEURON:             # device -> host: a sync point
+        if before_sync is not None:
+            before_sync("cpu")
+        tracking.record_sync("cpu")
+        h = shell.host(src)
+        tracking.record_transfer("d2h", h.numel() * h.element_size())
+        dst.copy_(h, non_blocking=False)
+    else:                                        # host -> device
+        h = shell.host(dst)
+        tracking.record_transfer("h2d", src.numel() * src.element_size())
+        h.copy_(src, non_blocking=non_blocking and h.is_cuda)
+    tracking.executed["aten::_copy_from"] += 1
+    return dst
+
+
+def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
+    if dst.device.type == _NEURON:
+        h = shell.host(dst)
+        h.resize_(src.shape)
+        memory.retrack(h.untyped_storage())
+        shell.restride(dst, h)
+    else:
+        dst.resize_(src.shape)
+    return copy_from(src, dst)

@@ -1,0 +1,218 @@
+"""Device memory accounting against a modelled HBM capacity.
+
+What is counted: the bytes of every host storage that backs a live ``neuron`` tensor, once per
+storage (views share their base's storage and are not counted again). Lifetime is exact: each
+storage gets a weak reference whose callback subtracts its bytes the moment the storage dies
+(PyTorch keeps one Python object per live storage, so the weakref fires when the C++ storage is
+freed, not when a Python handle goes away).
+
+Reserved memory models a caching allocator: it is the high-water mark of allocated bytes rounded
+up to 2 MiB segments, released by ``empty_cache()`` back down to what is allocated.
+
+Capacity: ``NEURON_LAB_HBM_GB`` GiB, default min(96 GiB — one Trainium2 chip — , half of the host's
+RAM), so the emulation never promises more than the host can hold. An allocation that would
+exceed it raises ``torch.OutOfMemoryError`` *before* any tensor is handed out, so every existing
+tensor stays valid.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from . import config, events
+
+SEGMENT = 2 << 20
+_lock = threading.Lock()
+_live: dict[int, tuple[weakref.ref, int]] = {}   # id(storage) -> (weakref, nbytes)
+_state = {"allocated": 0, "peak": 0, "reserved": 0, "reserved_peak": 0,
+          "n_alloc": 0, "n_free": 0, "bytes_alloc": 0, "bytes_freed": 0, "ooms": 0,
+          "peak_count": 0}
+_capacity: int | None = None
+
+
+def _host_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 << 30
+
+
+def capacity() -> int:
+    global _capacity
+    gb = config.HBM_GB.get()
+    if gb and gb > 0:
+        return int(gb * (1 << 30))
+    if _capacity is None:
+        _capacity = min(96 << 30, _host_ram() // 2)
+    return _capacity
+
+
+def _round(n: int) -> int:
+    return -(-n // SEGMENT) * SEGMENT
+
+
+def _freed(key: int) -> None:
+    with _lock:
+        entry = _live.pop(key, None)
+        if entry is not None:
+            n = entry[1]
+            _state["allocated"] -= n
+            _state["n_free"] += 1
+            _state["bytes_freed"] += n
+
+
+def untracked_bytes(storages) -> int:
+    """Bytes of the storages in ``storages`` that are not yet counted (new allocations)."""
+    return sum(s.nbytes() for s in storages if id(s) not in _live)
+
+
+def check(requested: int, op: str) -> None:
+    """Raise OutOfMemoryError if ``requested`` more bytes would exceed the capacity."""
+    cap = capacity()
+    if requested and _state["allocated"] + requested > cap:
+        _state["ooms"] += 1
+        alloc = _state["allocated"]
+        if events.active():
+            events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)
+        raise torch.OutOfMemoryError(
+            f"neuron: out of memory on device neuron:0 in {op}: tried to allocate {_fmt(requested)} "
+            f"({requested} bytes) with {_fmt(alloc)} ({alloc} bytes) allocated of {_fmt(cap)} "
+            f"({cap} bytes) modelled HBM capacity. Free tensors you no longer need (del x), or raise "
+            f"the capacity with NEURON_LAB_HBM_GB. Every existing tensor is unchanged.")
+
+
+def track(storage) -> None:
+    """Count ``storage`` as device memory until it dies (no-op if already counted)."""
+    key = id(storage)
+    if key in _live:
+        return
+    n = storage.nbytes()
+    ref = weakref.ref(storage, lambda _r, key=key: _freed(key))
+    with _lock:
+        _live[key] = (ref, n)
+        s = _state
+        s["allocated"] += n
+        s["n_alloc"] += 1
+        s["bytes_alloc"] += n
+        if s["allocated"] > s["peak"]:
+            s["peak"] = s["allocated"]
+        if s["allocated"] > s["reserved"]:
+            s["reserved"] = _round(s["allocated"])
+            if s["reserved"] > s["reserved_peak"]:
+                s["reserved_peak"] = s["reserved"]
+
+
+def retrack(storage) -> None:
+    """A counted storage changed size in place (``resize_``): update its bytes."""
+    key = id(storage)
+    entry = _live.get(key)
+    if entry is None:
+        track(storage)
+        return
+    n = storage.nbytes()
+    if n != entry[1]:
+        with _lock:
+            _live[key] = (entry[0], n)
+            _state["allocated"] += n - entry[1]
+            _state["peak"] = max(_state["peak"], _state["allocated"])
+            if _state["allocated"] > _state["reserved"]:
+                _state["reserved"] = _round(_state["allocated"])
+                _state["reserved_peak"] = max(_state["reserved_peak"], _state["reserved"])
+
+
+def memory_allocated(device=None) -> int:
+    return _state["allocated"]
+
+
+def max_memory_allocated(device=None) -> int:
+    return _state["peak"]
+
+
+def memory_reserved(device=None) -> int:
+    return _state["reserved"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return _state["reserved_peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    with _lock:
+        _state["peak"] = _state["allocated"]
+        _state["reserved_peak"] = _state["reserved"]
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    with _lock:
+        for k in ("n_alloc", "n_free", "bytes_alloc", "bytes_freed", "ooms"):
+            _state[k] = 0
+
+
+def empty_cache() -> None:
+    with _lock:
+        _state["reserved"] = _round(_state["allocated"])
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    cap = capacity()
+    return cap - _state["reserved"], cap
+
+
+def live_storages() -> int:
+    return len(_live)
+
+
+def memory_stats(device=None) -> dict[str, Any]:
+    """Same key names as ``torch.cuda.memory_stats`` where they apply (pool: ``all`` only)."""
+    s = _state
+    out: dict[str, Any] = {}
+    for name, cur, peak, alloc, freed in (
+            ("allocated_bytes", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+            ("active_bytes", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+            ("reserved_bytes", s["reserved"], s["reserved_peak"], s["reserved_peak"],
+             s["reserved_peak"] - s["reserved"]),
+            ("allocation", len(_live), None, s["n_alloc"], s["n_free"])):
+        out[f"{name}.all.current"] = cur
+        if peak is not None:
+            out[f"{name}.all.peak"] = peak
+        out[f"{name}.all.allocated"] = alloc
+        out[f"{name}.all.freed"] = freed
+    out.update({"num_ooms": s["ooms"], "num_alloc_retries": 0,
+                "num_device_alloc": s["n_alloc"], "num_device_free": s["n_free"],
+                "capacity_bytes": capacity()})
+    return out
+
+
+def _fmt(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A readable table in the spirit of ``torch.cuda.memory_summary``."""
+    s = _state
+    cap = capacity()
+    rows = [("Allocated memory", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+            ("Reserved memory", s["reserved"], s["reserved_peak"], None, None)]
+    w = 75
+    lines = ["=" * w,
+             f"  neuron:0 memory summary (emulated Trainium2 HBM, capacity {_fmt(cap)})".ljust(w),
+             "-" * w,
+             f"{'Metric':<22}|{'Cur Usage':>12} |{'Peak Usage':>12} |{'Tot Alloc':>11} |{'Tot Freed':>10}",
+             "-" * w]
+    for name, cur, peak, alloc, freed in rows:
+        lines.append(f"{name:<22}|{_fmt(cur):>12} |{_fmt(peak):>12} |"
+                     f"{_fmt(alloc) if alloc is not None else '':>11} |"
+                     f"{_fmt(freed) if freed is not None else '':>10}")
+    lines.append(f"{'Live storages':<22}|{len(_live):>12} |{'':>12} |{s['n_alloc']:>11} |{s['n_free']:>10}")
+    lines.append(f"{'Free (of capacity)':<22}|{_fmt(cap - s['reserved']):>12} |")
+    lines.append(f"{'OOMs':<22}|{s['ooms']:>12} |")
+    lines.append("=" * w)
+    return "\n".join(lines)

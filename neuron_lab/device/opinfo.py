@@ -1,0 +1,77 @@
+"""Per-op facts read once from the op's schema: the dispatch table is data.
+
+``OpFacts`` says, for one ``OpOverload``: which returns alias which arguments (in-place and
+``out=`` returns hand back the caller's own tensor; view returns get a new shell over the host
+view), whether the op may change a tensor's metadata in place, whether it draws random numbers,
+whether its output shape depends on data (a sync point), and whether it may mix devices.
+"""
+from __future__ import annotations
+
+import torch
+
+# Ops whose output *shape* depends on tensor values: the host must see the data (sync point).
+DATA_DEPENDENT = frozenset({
+    "nonzero", "nonzero_static", "masked_select", "unique_dim", "unique_consecutive", "_unique",
+    "_unique2", "unique_dim_consecutive", "repeat_interleave", "bincount", "_local_scalar_dense",
+    "histogramdd", "_histogramdd_from_bin_cts",
+})
+# Ops that move data between neuron and other devices; they may legally mix devices.
+TRANSFER = frozenset({"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "to", "set_"})
+# Indexing accepts CPU index tensors on accelerators (as CUDA does).
+MIXED_OK = TRANSFER | frozenset({"index", "index_put_", "index_put", "_index_put_impl_"})
+RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "_fused_dropout",
+                    "_standard_gamma", "_sample_dirichlet", "poisson", "binomial",
+                    "_fused_rms_norm"}) - {"_fused_rms_norm"}
+
+
+class OpFacts:
+    __slots__ = ("op", "name", "base", "ret_alias", "restride", "random", "data_dependent",
+                 "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags")
+
+    def __init__(self, op: torch._ops.OpOverload) -> None:
+        schema = op._schema
+        self.op = op
+        self.base = schema.name.split("::", 1)[1]
+        self.name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
+        args = schema.arguments
+        pos = [a for a in args if not a.kwarg_only]
+        self.ret_alias = tuple(self._alias_of(r, args, pos) for r in schema.returns)
+        self.mutates = tuple(i for i, a in enumerate(args)
+                             if a.alias_info is not None and a.alias_info.is_write)
+        self.tags = set(op.tags)
+        self.is_inplace = self.base.endswith("_") or any(a.kwarg_only and a.name == "out" for a in args)
+        self.restride = (torch.Tag.inplace_view in self.tags or self.base.startswith("resize")
+                         or self.base in ("set_", "_copy_from_and_resize")
+                         or any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+                                for a in args))
+        self.random = (any(str(a.type).startswith("Generator") for a in args)
+                       or self.base in RANDOM or torch.Tag.nondeterministic_seeded in self.tags)
+        self.data_dependent = self.base in DATA_DEPENDENT
+        self.mixed_ok = self.base in MIXED_OK
+        self.has_device_kw = any(a.name == "device" for a in args)
+        self.n_returns = len(schema.returns)
+
+    @staticmethod
+    def _alias_of(ret, args, pos):
+        """None, or (position or kwarg name, is_write, is_list) of the argument ``ret`` aliases."""
+        ai = ret.alias_info
+        if ai is None:
+            return None
+        for a in args:
+            if a.alias_info is not None and a.alias_info.before_set & ai.before_set:
+                where = pos.index(a) if not a.kwarg_only else a.name
+                return (where, bool(ai.is_write), str(a.type).startswith("List"))
+        return None
+
+    def __repr__(self) -> str:
+        return f"OpFacts({self.name})"
+
+
+_cache: dict[torch._ops.OpOverload, OpFacts] = {}
+
+
+def facts(op: torch._ops.OpOverload) -> OpFacts:
+    f = _cache.get(op)
+    if f is None:
+        f = _cache[op] = OpFacts(op)
+    return f

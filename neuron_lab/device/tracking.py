@@ -1,0 +1,125 @@
+"""Op tracking: which ops ran on the device, which fell back and where, and the sync points.
+
+The per-op part is one dict increment (``count_op``), cheap enough for the hot path. Fallbacks
+and sync points are rare by comparison; they record the user's source line, which is the first
+stack frame outside torch, neuron_lab and the Python standard library's plumbing.
+
+Public surface (re-exported as ``neuron_lab.executed_ops`` etc.):
+``executed_ops()``, ``fallback_ops()``, ``clear_op_tracking()``, ``counters()``.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from typing import Any
+
+import torch
+
+from . import events
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_SKIP_PREFIXES = (_TORCH_DIR, _PKG_DIR, "<frozen")
+_SKIP_FILES = ("contextlib.py", "functools.py")
+
+_lock = threading.Lock()
+executed: Counter = Counter()  # op name -> count; mutated on the hot path without the lock
+_fallbacks: dict[tuple[str, str], dict[str, Any]] = {}
+_syncs: Counter = Counter()
+_transfer = {"h2d_bytes": 0, "d2h_bytes": 0, "h2d_count": 0, "d2h_count": 0}
+_warned: set[tuple[str, str]] = set()
+_seq = 0
+
+
+def user_location(skip: int = 2) -> tuple[str, str]:
+    """(``file:line``, source text) of the first frame that is the user's code."""
+    f = sys._getframe(skip)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP_PREFIXES) and not fn.endswith(_SKIP_FILES):
+            try:
+                rel = os.path.relpath(fn)
+                name = rel if not rel.startswith("..") else os.path.basename(fn)
+            except ValueError:
+                name = os.path.basename(fn)
+            return f"{name}:{f.f_lineno}", linecache.getline(fn, f.f_lineno).strip()
+        f = f.f_back
+    return "<unknown>:0", ""
+
+
+def count_op(name: str) -> None:
+    executed[name] += 1
+
+
+def record_fallback(op: str, reason: str) -> str:
+    """Record one fallback of ``op``; returns the user's location it was attributed to."""
+    global _seq
+    loc, src = user_location(3)
+    with _lock:
+        _seq += 1
+        rec = _fallbacks.get((op, reason))
+        if rec is None:
+            rec = _fallbacks[(op, reason)] = {"op": op, "reason": reason, "count": 0,
+                                              "locations": {}, "source": {}, "first_seq": _seq,
+                                              "first_seen": time.time()}
+        rec["count"] += 1
+        rec["locations"][loc] = rec["locations"].get(loc, 0) + 1
+        rec["source"].setdefault(loc, src)
+        rec["last_seq"], rec["last_seen"] = _seq, time.time()
+    if events.active():
+        events.emit(events.FALLBACK, op=op, reason=reason, location=loc)
+    return loc
+
+
+def warn_once(op: str, loc: str, message: str) -> None:
+    if (op, loc) not in _warned:
+        _warned.add((op, loc))
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def record_sync(reason: str) -> None:
+    _syncs[reason] += 1
+    if events.active():
+        events.emit(events.SYNC, reason=reason)
+
+
+def record_transfer(direction: str, nbytes: int) -> None:
+    _transfer[f"{direction}_bytes"] += nbytes
+    _transfer[f"{direction}_count"] += 1
+    if events.active():
+        events.emit(events.TRANSFER, direction=direction, nbytes=nbytes)
+
+
+def executed_ops() -> dict[str, int]:
+    return dict(executed)
+
+
+def fallback_ops() -> list[dict[str, Any]]:
+    """One row per (op, reason), newest first: op, reason, count, locations (by frequency)."""
+    with _lock:
+        rows = sorted(_fallbacks.values(), key=lambda r: -r["last_seq"])
+        return [{"op": r["op"], "reason": r["reason"], "count": r["count"],
+                 "locations": sorted(r["locations"], key=lambda k: -r["locations"][k]),
+                 "source": dict(r["source"]), "first_seen": r["first_seen"],
+                 "last_seen": r["last_seen"], "seq": r["last_seq"]} for r in rows]
+
+
+def counters() -> dict[str, Any]:
+    return {"ops": sum(executed.values()), "distinct_ops": len(executed),
+            "fallbacks": sum(r["count"] for r in _fallbacks.values()),
+            "syncs": dict(_syncs), "sync_total": sum(_syncs.values()), **_transfer}
+
+
+def clear_op_tracking() -> None:
+    with _lock:
+        executed.clear()
+        _fallbacks.clear()
+        _syncs.clear()
+        _warned.clear()
+        for k in _transfer:
+            _transfer[k] = 0
