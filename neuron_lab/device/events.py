@@ -60,9 +60,9 @@ def active() -> bool:
     return bool(_listeners)
 
 
-def emit(kind: str, **payload: Any) -> None:
+def emit(event: str, /, **payload: Any) -> None:
     for fn in _listeners:
         try:
-            fn(kind, payload)
+            fn(event, payload)
         except Exception:  # an observer must never break the program it observes
             pass

@@ -59,12 +59,12 @@ def restride(s: torch.Tensor, h: torch.Tensor) -> None:
     s._d = h
 
 
-def pending(size, stride, dtype: torch.dtype) -> torch.Tensor:
+def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
     """A shell whose value is not computed yet (adaptive runtime); ``host()`` asks the runtime."""
     s = _create(size, dtype)
-    if tuple(stride) != s.stride():
-        nbytes = (1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)) * s.element_size()
-        _restride_into(s, size, stride, 0, nbytes if s.numel() else 0, None)
+    if offset or tuple(stride) != s.stride():
+        span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if s.numel() else 0
+        _restride_into(s, size, stride, offset, (offset + span) * s.element_size(), None)
     else:
         s.untyped_storage()._h = None
     s._d = None

@@ -1,18 +1,37 @@
 """Layer 2, execution: the per-op (``eager``) path and the adaptive path.
 
 ``set_mode("adaptive" | "eager")`` (env ``NEURON_LAB_MODE``; default adaptive), ``mode(...)``
-scoped, ``sync(reason)`` flushes queued work. The adaptive machinery lives in ``queue``,
-``regions``, ``cache``, ``compiler``, ``worker`` and ``policy``.
+scoped, ``sync(reason)`` flushes queued work. Stages, one module each: ``record`` (the queued
+op and its key), ``adaptive`` (queue, region formation, deferral), ``cache`` (region trie, LRU),
+``compiler`` (FX graph -> inductor), ``worker`` (background compiles), ``policy`` (what to
+compile, fused or per-op), ``replay`` (running a region). The eager path is the device's own
+``kernels.execute``.
 """
 from __future__ import annotations
 
 import contextlib
 
-from ..device import config as _dconfig
 from ..device import kernels, module, shell
-from . import knobs
+from ..device.executor import synchronize as _executor_sync
+from . import knobs, worker
+from .adaptive import Engine
 
 MODES = ("eager", "adaptive")
+engine = Engine()
+
+
+def _materialize(s):
+    engine.flush("materialize")
+    d = s.__dict__.get("_d", 0)
+    if d is None or d == 0:
+        return shell._recover(s)
+    return d
+
+
+kernels.launcher = engine.launch
+kernels.before_sync = engine.flush
+shell.materialize_hook = _materialize
+module._sync_hook = lambda reason: engine.flush(reason)
 
 
 def get_mode() -> str:
@@ -20,24 +39,56 @@ def get_mode() -> str:
 
 
 def set_mode(m: str) -> None:
+    engine.flush("mode")
     knobs.MODE.set(m)
 
 
 @contextlib.contextmanager
 def mode(m: str):
+    engine.flush("mode")
     with knobs.MODE.scoped(m):
-        yield m
+        try:
+            yield m
+        finally:
+            engine.flush("mode")
 
 
 def sync(reason: str = "synchronize") -> None:
     """Flush queued work: every pending value is computed when this returns."""
-    from ..device import executor
-    executor.synchronize()
+    from ..device import tracking
+    engine.flush(reason)
+    tracking.record_sync(reason)
+    _executor_sync()
+
+
+def wait_compiles(timeout: float | None = None) -> bool:
+    """Block until background compiles finish (benchmarks and tests; user code never needs to)."""
+    return worker.wait(timeout)
 
 
 def stats() -> dict:
-    return {"mode": get_mode()}
+    """Region cache and launch counters (JSON-safe)."""
+    s = dict(engine.stats)
+    s["flushes"] = dict(s["flushes"])
+    s["regions"] = len(engine.cache.lru)
+    s["queue_depth"] = len(engine.records)
+    s["compiles_pending"] = worker.pending()
+    s["compile_seconds"] = worker.state["seconds"]
+    total = s["ops_fused"] + s["ops_per_op"]
+    s["fused_share"] = s["ops_fused"] / total if total else 0.0
+    lookups = s["hits"] + s["misses"]
+    s["hit_rate"] = s["hits"] / lookups if lookups else 0.0
+    s["mode"] = get_mode()
+    return s
 
 
-def regions() -> list:
-    return []
+def regions() -> list[dict]:
+    """One summary per cached region (id, ops, hits, per-op vs fused time, status)."""
+    return [r.summary() for r in engine.cache.regions()]
+
+
+def reset() -> None:
+    """Forget every cached region and counter (a fresh engine)."""
+    engine.flush("reset")
+    fresh = Engine()
+    engine.__dict__.update(fresh.__dict__)

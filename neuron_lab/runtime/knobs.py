@@ -1,5 +1,34 @@
-"""The runtime's knobs (ContextVar/env pairs, see ``neuron_lab.device.config.Knob``)."""
-from ..device.config import Knob
+"""The runtime's knobs: each a ContextVar/env pair (``neuron_lab.device.config.Knob``).
+
+The adaptive policy's rule, written down (see ``policy.py``): a region is compiled once it has
+been seen ``NEURON_LAB_COMPILE_AFTER`` times and has at least ``NEURON_LAB_MIN_REGION_OPS`` ops;
+after ``NEURON_LAB_TRIALS`` fused launches its fused time is compared with its per-op replay time
+and the faster one is kept for good.
+"""
+import os
+
+from ..device.config import Knob, boolean
 
 MODE = Knob("NEURON_LAB_MODE", "adaptive", str, choices=("eager", "adaptive"),
             doc="adaptive: queue, cache and fuse op sequences; eager: launch every op")
+QUEUE_LIMIT = Knob("NEURON_LAB_QUEUE_LIMIT", 1024, int, doc="ops queued before a forced flush")
+MAX_PERIOD = Knob("NEURON_LAB_MAX_PERIOD", 512, int, doc="longest repeating suffix that cuts a region")
+MIN_PERIOD_OPS = Knob("NEURON_LAB_MIN_PERIOD_OPS", 32, int,
+                      doc="a repeated-suffix region holds whole periods and at least this many ops")
+MIN_SPLIT = Knob("NEURON_LAB_MIN_SPLIT", 8, int,
+                 doc="a cached path that diverges after this many ops is cut into its own region")
+COMPILE = Knob("NEURON_LAB_COMPILE", True, boolean, doc="compile hot regions with inductor")
+COMPILE_AFTER = Knob("NEURON_LAB_COMPILE_AFTER", 2, int, doc="hits before a region is compiled")
+MIN_REGION_OPS = Knob("NEURON_LAB_MIN_REGION_OPS", 4, int, doc="smallest region worth compiling")
+TRIALS = Knob("NEURON_LAB_TRIALS", 3, int, doc="fused launches timed before choosing")
+CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")
+SYNC_COMPILE = Knob("NEURON_LAB_SYNC_COMPILE", False, boolean,
+                    doc="compile in the foreground (tests); default: background worker")
+CACHE_DIR = Knob("NEURON_LAB_CACHE_DIR",
+                 os.path.join(os.path.expanduser("~"), ".cache", "neuron_lab"), str,
+                 doc="where inductor's compiled programs persist across processes")
+
+
+def DEBUG_LEVEL() -> int:
+    from ..device.config import DEBUG
+    return DEBUG.get()

@@ -1,0 +1,256 @@
+"""The adaptive engine: queue ops, cut them into regions, recognise regions, launch them fused.
+
+State machine per op (installed as the device's ``kernels.launcher``):
+
+- **capture** (default at a segment start when the trie knows no region starting with this op):
+  the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
+  region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of a
+  cell or script, ops that cannot be queued (RNG, host fallbacks, CPU tensor arguments), the
+  queue limit (1024), and the **repeated-suffix rule**: when the ops have repeated with period L
+  for R more ops (R = the smallest multiple of L that is >= ``NEURON_LAB_MIN_PERIOD_OPS``, 32,
+  and R <= ``NEURON_LAB_MAX_PERIOD``, 512), those R ops are cut into their own region — whole
+  periods, long enough to be worth a fused launch.
+  Keys are position-relative, so a loop body has the same keys in every iteration; a training
+  loop without syncs and a re-run notebook cell both become stable regions without mark_step().
+- **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
+  tensors with metadata predicted from the trie (no meta-kernel on the hot path). When the path
+  reaches a region's end it is launched: the fused program if the policy says so, else a per-op
+  replay. If the ops diverge from every known path, the deferred ops are replayed per-op and the
+  engine continues in capture; a long shared prefix (>= ``NEURON_LAB_MIN_SPLIT`` ops) is cut
+  into a region of its own so the next divergence at the same place is a hit.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+
+import torch
+
+from ..device import events, kernels, memory, shell
+from . import knobs, policy, replay
+from .cache import Node, RegionCache
+from .record import NotQueueable, QueuedOp, describe, flatten_outputs, rekey, rebuild, structure_of
+
+Tensor = torch.Tensor
+_execute = kernels.execute
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.cache = RegionCache()
+        self.stats = self.cache.stats
+        self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
+                           "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0})
+        self._reset()
+
+    def _reset(self) -> None:
+        self.records: list[QueuedOp] = []
+        self.producers: dict[int, tuple] = {}
+        self.node: Node | None = None          # trie position while deferring
+        self.last_pos: dict = {}
+        self.cand = self.match = 0
+        self.pending_bytes = 0
+
+    # --- entry point ---------------------------------------------------------------------
+    def launch(self, f, args, kwargs):
+        if knobs.MODE.get() != "adaptive":
+            if self.records:
+                self.flush("mode")
+            return _execute(f, args, kwargs)
+        if f.random or f.data_dependent or not policy.queueable(f):
+            if self.records:
+                self.flush("data-dependent" if f.data_dependent else "unqueueable")
+            return self._run_now(f, args, kwargs)
+        pos = len(self.records)
+        try:
+            key, targs, tkw = describe(f, args, kwargs, pos, self.producers)
+        except NotQueueable:
+            if self.records:
+                self.flush("host-arg")
+            return self._run_now(f, args, kwargs)
+        if self.node is not None:                       # deferring along a trie path
+            nxt = self.node.children.get(key)
+            if nxt is not None:
+                return self._defer(f, args, kwargs, targs, tkw, key, nxt)
+            if self.node.region is not None:            # a region ended: launch, start anew
+                self._launch(self.node.region)
+                return self.launch(f, args, kwargs)
+            self._diverge()
+            key, targs, tkw = describe(f, args, kwargs, len(self.records), self.producers)
+        elif not self.records:                          # segment start: known region?
+            nxt = self.cache.root.children.get(key)
+            if nxt is not None:
+                self.node = self.cache.root
+                return self._defer(f, args, kwargs, targs, tkw, key, nxt)
+        return self._capture(f, args, kwargs, targs, tkw, key)
+
+    def _run_now(self, f, args, kwargs):
+        self.stats["launches_per_op"] += 1
+        self.stats["ops_per_op"] += 1
+        return _execute(f, args, kwargs)
+
+    # --- capture -------------------------------------------------------------------------
+    def _capture(self, f, args, kwargs, targs, tkw, key):
+        out = _execute(f, args, kwargs)
+        self.stats["launches_per_op"] += 1
+        self.stats["ops_per_op"] += 1
+        outs = flatten_outputs(out)
+        rec = QueuedOp(f, targs, tkw, key)
+        rec.metas = tuple(replay_meta(t) for t in outs)
+        rec.structure = structure_of(out)
+        rec.outs = [None] * len(outs)
+        pos = len(self.records)
+        self.records.append(rec)
+        self._produce(pos, outs)
+        if not self._period(pos, key) and pos + 1 >= knobs.QUEUE_LIMIT.get():
+            self.flush("queue-limit")
+        return out
+
+    def _produce(self, pos: int, outs: list) -> None:
+        prod = self.producers
+        for k, t in enumerate(outs):
+            if t is not None:
+                prod[id(t)] = (pos, k, weakref.ref(t))
+
+    def _period(self, n: int, key) -> bool:
+        """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""
+        L = self.cand
+        recs = self.records
+        if L and n - L >= 0 and recs[n - L].key == key:
+            self.match += 1
+        else:
+            p = self.last_pos.get(key)
+            if p is not None and 1 <= n - p <= knobs.MAX_PERIOD.get():
+                self.cand, self.match = n - p, 1
+            else:
+                self.cand = self.match = 0
+        self.last_pos[key] = n
+        L = self.cand
+        if not L:
+            return False
+        R = L * -(-knobs.MIN_PERIOD_OPS.get() // L)   # whole periods, at least MIN_PERIOD_OPS ops
+        if self.match >= R and R <= knobs.MAX_PERIOD.get():
+            start = n - R + 1
+            keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
+                    for j, r in enumerate(recs[start:])]
+            self.cache.insert(recs[start:], keys)
+            self._debug("period", L)
+            self._end_segment("period")
+            return True
+        return False
+
+    # --- replay (deferred) ----------------------------------------------------------------
+    def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):
+        pos = len(self.records)
+        rec = QueuedOp(f, targs, tkw, key)
+        rec.metas, rec.structure = nxt.metas, nxt.structure
+        outs, pairs = [], []
+        new_bytes = 0
+        for i, m in enumerate(nxt.metas):
+            alias = f.ret_alias[i] if i < len(f.ret_alias) else None
+            if alias is not None and alias[1] and not alias[2]:
+                w = alias[0]
+                outs.append(args[w] if type(w) is int else kwargs[w])
+                pairs.append(None)
+            elif m is None:
+                outs.append(None)
+                pairs.append(None)
+            else:
+                t = shell.pending(m[0], m[1], m[3], m[2])
+                if not alias:
+                    new_bytes += t.numel() * t.element_size()
+                outs.append(t)
+                pairs.append((weakref.ref(t), weakref.ref(t.untyped_storage())))
+        if new_bytes:
+            memory.check(self.pending_bytes + new_bytes, f.name)
+            self.pending_bytes += new_bytes
+        rec.outs = pairs
+        self.records.append(rec)
+        self._produce(pos, outs)
+        self.node = nxt
+        self.stats["ops_deferred"] += 1
+        if nxt.region is not None and not nxt.children:
+            self._launch(nxt.region)
+        return rebuild(nxt.structure, outs)
+
+    def _launch(self, region) -> None:
+        recs = self.records
+        self._end_segment(None)
+        self.cache.hit(region)
+        self._debug("hit", region.id)
+        needed = replay.live_outputs(recs)
+        t_host = time.perf_counter()
+        with _range(region, "fused" if region.program is not None else "per-op"):
+            dt = policy.run(region, recs, needed, self.stats)
+        events.emit(events.LAUNCH, region=region.id, ops=region.ops,
+                    kind="fused" if dt[1] else "per-op", seconds=time.perf_counter() - t_host)
+        policy.maybe_compile(region, recs, needed, self.stats)
+
+    def _diverge(self) -> None:
+        """The deferred ops left every known path: run them per-op, continue capturing."""
+        recs, node = self.records, self.node
+        if node.depth >= knobs.MIN_SPLIT.get():
+            self.cache.insert(recs)
+            self._debug("split", node.depth)
+        replay.per_op(recs)
+        self.stats["launches_per_op"] += 1
+        self.stats["ops_per_op"] += len(recs)
+        for r in recs:
+            r.outs = [None] * len(r.outs)
+        self.node = None
+        self.pending_bytes = 0
+
+    # --- boundaries -----------------------------------------------------------------------
+    def flush(self, reason: str = "synchronize") -> None:
+        """End the current segment: launch/replay deferred ops, cache captured ones."""
+        if not self.records:
+            return
+        depth = len(self.records)
+        fl = self.stats["flushes"]
+        fl[reason] = fl.get(reason, 0) + 1
+        if self.node is not None:
+            if self.node.region is not None:
+                self._launch(self.node.region)
+            else:
+                self._diverge()
+                self._end_segment(reason, cache=True)
+        else:
+            self._end_segment(reason, cache=True)
+        if events.active():
+            events.emit(events.FLUSH, reason=reason, ops=depth, depth=depth)
+
+    def _end_segment(self, reason, cache: bool = False) -> None:
+        recs = self.records
+        self.stats["max_depth"] = max(self.stats["max_depth"], len(recs))
+        if cache and recs:
+            self.cache.insert(recs)
+            self._debug("miss", len(recs))
+        self._reset()
+
+    def _debug(self, what: str, n) -> None:
+        if knobs.DEBUG_LEVEL():
+            print(f"[neuron_lab] region {what}: {n}", file=sys.stderr)
+
+
+def replay_meta(t):
+    if t is None:
+        return None
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+
+
+class _range:
+    """``torch.profiler.record_function`` around a launch, only while a profiler is active."""
+    __slots__ = ("cm",)
+
+    def __init__(self, region, kind: str) -> None:
+        self.cm = (torch.profiler.record_function(f"neuron::{kind}[region {region.id}]")
+                   if torch.autograd.profiler._is_profiler_enabled else None)
+
+    def __enter__(self):
+        if self.cm is not None:
+            self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        if self.cm is not None:
+            self.cm.__exit__(*exc)

@@ -1,0 +1,106 @@
+"""The region cache: a trie over op keys whose marked nodes are regions, LRU-bounded.
+
+Walking the trie one op key at a time recognises a known region while its ops are still
+arriving (so they can be deferred); ``Region`` holds what the runtime learned about one op
+sequence: the output metadata of each op (to hand out pending tensors without running
+anything), which outputs were alive (what a fused program must return), timings of both
+execution kinds, and the compiled program. Stats: hits, misses, compiles, evictions.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from typing import Any
+
+from . import knobs
+
+_ids = itertools.count(1)
+
+
+class Node:
+    """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
+    determines it, so it is the same for every region through this node)."""
+    __slots__ = ("children", "region", "depth", "metas", "structure")
+
+    def __init__(self, depth: int = 0, metas=None, structure=None) -> None:
+        self.children: dict = {}
+        self.region: Region | None = None
+        self.depth = depth
+        self.metas = metas
+        self.structure = structure
+
+
+class Region:
+    """One cached op sequence. ``status``: recorded -> compiling -> fused | per-op | failed."""
+
+    def __init__(self, keys: tuple, records: list, node: Node) -> None:
+        self.id = next(_ids)
+        self.keys = keys
+        self.node = node
+        self.names = [r.facts.name for r in records]
+        self.metas = [r.metas for r in records]
+        self.structures = [r.structure for r in records]
+        self.hits = 0
+        self.status = "recorded"
+        self.program: Any = None        # compiled fused callable
+        self.plan: Any = None           # compiler.Plan: inputs/outputs wiring
+        self.error: str | None = None
+        self.per_op_s: list[float] = []
+        self.fused_s: list[float] = []
+        self.compile_s: float | None = None
+        self.fused_launches = 0
+        self.per_op_launches = 0
+
+    @property
+    def ops(self) -> int:
+        return len(self.keys)
+
+    def summary(self) -> dict:
+        med = lambda xs: sorted(xs)[len(xs) // 2] * 1e6 if xs else None  # noqa: E731
+        return {"id": self.id, "ops": self.ops, "hits": self.hits, "status": self.status,
+                "per_op_us": med(self.per_op_s), "fused_us": med(self.fused_s),
+                "compile_s": self.compile_s, "fused_launches": self.fused_launches,
+                "per_op_launches": self.per_op_launches, "error": self.error,
+                "first_ops": self.names[:6]}
+
+
+class RegionCache:
+    def __init__(self) -> None:
+        self.root = Node()
+        self.lru: OrderedDict[int, Region] = OrderedDict()
+        self.stats = {"hits": 0, "misses": 0, "evictions": 0, "compiles_queued": 0,
+                      "compiles_done": 0, "compiles_failed": 0, "compiles_slower": 0}
+
+    def insert(self, records: list, keys: list | None = None) -> Region:
+        """Mark the path of ``records``' keys (or ``keys``) as a region (a miss), or return the
+        existing one."""
+        node = self.root
+        for i, r in enumerate(records):
+            key = r.key if keys is None else keys[i]
+            nxt = node.children.get(key)
+            if nxt is None:
+                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure)
+            node = nxt
+        if node.region is not None:
+            return node.region
+        region = node.region = Region(tuple(keys or [r.key for r in records]), records, node)
+        self.stats["misses"] += 1
+        self.lru[region.id] = region
+        limit = knobs.CACHE_SIZE.get()
+        while len(self.lru) > limit:
+            _, old = self.lru.popitem(last=False)
+            old.node.region = None
+            old.program = None
+            self.stats["evictions"] += 1
+        return region
+
+    def hit(self, region: Region) -> None:
+        region.hits += 1
+        self.stats["hits"] += 1
+        self.lru.move_to_end(region.id)
+
+    def regions(self) -> list[Region]:
+        return list(self.lru.values())
+
+    def clear(self) -> None:
+        self.__init__()

@@ -1,0 +1,130 @@
+"""Fused programs: a region's records -> an FX graph of ATen ops -> torch inductor.
+
+The graph is built straight from the records (no tracing: the records already are the program):
+one placeholder per distinct region input, one ``call_function`` per op (in-place ops stay
+in-place; AOTAutograd functionalizes them and writes input mutations back into the caller's
+tensors), and outputs for the region's values that were alive when it was compiled. Inductor
+compiles it for the executor device (C++/OpenMP kernels on CPU, Triton on CUDA).
+
+``Plan`` is what a launch needs besides the program: where each input comes from (op index and
+argument path), the aliasing pattern of inputs at compile time (a launch whose inputs alias
+differently runs per-op instead), and which (op, output) pairs the program returns.
+"""
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+
+from ..device import shell
+from ..device.executor import host_device
+from . import knobs
+from .record import Ref
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Plan:
+    occurrences: tuple   # ((op index, arg path), ...) of region inputs, in order of appearance
+    pattern: tuple       # input slot of each occurrence (equal slots = same tensor)
+    n_inputs: int
+    outputs: tuple       # ((op index, output index), ...) returned by the program
+
+    @property
+    def outputs_set(self) -> frozenset:
+        return frozenset(self.outputs)
+
+
+def _get(rec, path):
+    where, sub = path
+    a = rec.args[where] if type(where) is int else rec.kwargs[where]
+    return a if sub is None else a[sub]
+
+
+def gather_inputs(plan: Plan, records: list) -> list | None:
+    """The host tensors to call the program with, or None if the aliasing pattern differs."""
+    slots: dict[int, int] = {}
+    inputs = []
+    for (i, path), want in zip(plan.occurrences, plan.pattern):
+        t = _get(records[i], path)
+        got = slots.setdefault(id(t), len(slots))
+        if got != want:
+            return None
+        if got == len(inputs):
+            inputs.append(shell.host(t))
+    return inputs
+
+
+def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
+    """FX graph + plan + example inputs for ``records``; ``required``: {(op, out)} to return."""
+    g = fx.Graph()
+    slots: dict[int, int] = {}
+    placeholders: list[fx.Node] = []
+    examples: list[Tensor] = []
+    occurrences, pattern = [], []
+    node_outs: list[list] = []
+    hdev = host_device()
+
+    def conv(a, i, path):
+        if type(a) is Ref:
+            return node_outs[a.pos][a.k]
+        if isinstance(a, Tensor):
+            sid = slots.get(id(a))
+            if sid is None:
+                sid = slots[id(a)] = len(slots)
+                placeholders.append(g.placeholder(f"in{sid}"))
+                h = shell.host(a)
+                examples.append(torch.empty_strided(h.shape, h.stride(), dtype=h.dtype,
+                                                    device=h.device).copy_(h))
+            occurrences.append((i, path))
+            pattern.append(sid)
+            return placeholders[sid]
+        if type(a) is list or type(a) is tuple:
+            return type(a)(conv(x, i, (path[0], j)) for j, x in enumerate(a))
+        if type(a) is torch.device and a.type == "neuron":
+            return hdev
+        return a
+
+    for i, rec in enumerate(records):
+        args = tuple(conv(a, i, (k, None)) for k, a in enumerate(rec.args))
+        kwargs = {k: conv(v, i, (k, None)) for k, v in (rec.kwargs or {}).items()}
+        node = g.call_function(rec.facts.op, args, kwargs)
+        if rec.structure == "t":
+            outs = [node]
+        else:
+            if rec.structure[0] == "tuple" and any(s != "t" for s in rec.structure[1]):
+                raise NotImplementedError(f"{rec.facts.name}: mixed tuple returns")
+            outs = [g.call_function(operator.getitem, (node, k)) for k in range(len(rec.metas))]
+        node_outs.append(outs)
+    outputs = tuple(sorted(required))
+    g.output(tuple(node_outs[i][k] for i, k in outputs))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    plan = Plan(tuple(occurrences), tuple(pattern), len(placeholders), outputs)
+    return gm, plan, examples
+
+
+_cache_ready = False
+
+
+def _persist_cache() -> None:
+    """Point inductor's on-disk caches at NEURON_LAB_CACHE_DIR so restarts reuse programs."""
+    global _cache_ready
+    if _cache_ready:
+        return
+    base = knobs.CACHE_DIR.get()
+    os.makedirs(base, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(base, "inductor"))
+    import torch._inductor.config as iconf
+    iconf.fx_graph_cache = True
+    _cache_ready = True
+
+
+def compile_program(gm: fx.GraphModule, examples: list):
+    """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``."""
+    _persist_cache()
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(gm, examples)

@@ -1,0 +1,78 @@
+"""The adaptive policy: which regions to compile, and per launch, fused or per-op.
+
+The rule (thresholds are knobs, see ``knobs.py``):
+1. Never compile a region shorter than ``MIN_REGION_OPS`` ops (launch overhead of a compiled
+   program, ~15-20 us on CPU, cannot pay back) or seen fewer than ``COMPILE_AFTER`` times (cold
+   code would wait ~2-20 s of compile for nothing).
+2. While compiling, and always for regions that are not compiled, run per-op (replay).
+3. A compiled region runs fused for ``TRIALS`` launches, timed; then it keeps whichever of fused
+   and per-op has the lower median host time, for good ("fused" or "slower" in the stats).
+4. A compile or run failure marks the region per-op for good and records the error.
+"""
+from __future__ import annotations
+
+import statistics
+
+from . import compiler, knobs, replay, worker
+
+# Ops that never enter a region: they touch the host or other devices.
+_UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "set_",
+                          "resize_", "_local_scalar_dense", "record_stream", "_pin_memory",
+                          "is_pinned", "equal", "allclose", "_assert_async"})
+_SAMPLES = 8
+
+
+def queueable(f) -> bool:
+    return f.base not in _UNQUEUEABLE
+
+
+def run(region, records, needed, stats) -> tuple[float, bool]:
+    """Execute a deferred region; returns (host seconds, used the fused program)."""
+    n = len(records)
+    if region.program is not None and region.status in ("trial", "fused"):
+        try:
+            dt = replay.fused(region, records, needed)
+        except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
+            region.status, region.error, region.program = "failed", f"run: {type(e).__name__}: {e}"[:500], None
+            stats["compiles_failed"] += 1
+            dt = None
+        if dt is not None:
+            region.fused_s.append(dt)
+            del region.fused_s[:-_SAMPLES]
+            region.fused_launches += 1
+            stats["launches_fused"] += 1
+            stats["ops_fused"] += n
+            _decide(region, stats)
+            return dt, True
+    dt = replay.per_op(records)
+    region.per_op_s.append(dt)
+    del region.per_op_s[:-_SAMPLES]
+    region.per_op_launches += 1
+    stats["launches_per_op"] += 1
+    stats["ops_per_op"] += n
+    return dt, False
+
+
+def _decide(region, stats) -> None:
+    if region.status != "trial" or len(region.fused_s) < knobs.TRIALS.get() or not region.per_op_s:
+        return
+    if statistics.median(region.fused_s) <= statistics.median(region.per_op_s):
+        region.status = "fused"
+    else:
+        region.status, region.program = "slower", None
+        stats["compiles_slower"] += 1
+
+
+def maybe_compile(region, records, needed, stats) -> None:
+    if (region.status != "recorded" or not knobs.COMPILE.get()
+            or region.ops < knobs.MIN_REGION_OPS.get() or region.hits < knobs.COMPILE_AFTER.get()):
+        return
+    try:
+        gm, plan, examples = compiler.build(records, needed)
+    except Exception as e:  # noqa: BLE001 - cannot express the region as a graph: per-op
+        region.status, region.error = "failed", f"build: {type(e).__name__}: {e}"[:500]
+        stats["compiles_failed"] += 1
+        return
+    region.plan = plan
+    region.status = "queued"
+    worker.submit(region, gm, examples, stats)

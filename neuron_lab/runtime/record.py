@@ -1,0 +1,164 @@
+"""The one record type that flows through the runtime: ``QueuedOp``.
+
+A ``QueuedOp`` is an op call as the device saw it: the op (its ``OpFacts``), the arguments as
+passed (neuron tensors included, so per-op replay can run it), the output tensors it produced or
+will produce, and ``key``: a hashable description that is equal for two calls exactly when a
+fused program built for one is valid for the other. A region is a tuple of keys; the region
+cache is a trie/dict over them; telemetry reads the same records.
+
+Key of one argument:
+- a neuron tensor produced earlier in the same region: ``("r", distance_back, output_index)``
+  (relative, so a loop body has the same keys in every iteration); its template is a ``Ref``;
+- any other neuron tensor (an input of the region): ``("x", shape, stride, offset, dtype)``;
+- lists/tuples: a tuple of keys; Python numbers: ``(type, value)`` (1, 1.0 and True differ);
+  everything else (dtypes, None, strings, devices) as itself.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..device.dtypes import HOST_ONLY
+
+Tensor = torch.Tensor
+_num = (int, float, bool)
+
+
+class NotQueueable(Exception):
+    """This call cannot be part of a region (CPU tensor argument, unhashable argument)."""
+
+
+class Ref:
+    """An argument that is output ``k`` of op ``pos`` of the same region (no strong reference)."""
+    __slots__ = ("pos", "k")
+
+    def __init__(self, pos: int, k: int) -> None:
+        self.pos, self.k = pos, k
+
+    def __repr__(self) -> str:
+        return f"Ref({self.pos}, {self.k})"
+
+
+def _describe(a: Any, pos: int, producers: dict):
+    """(key, template) of one argument; the template has ``Ref`` for region-internal tensors."""
+    if isinstance(a, Tensor):
+        if a.is_cpu or a.dtype in HOST_ONLY:
+            raise NotQueueable
+        p = producers.get(id(a))
+        if p is not None and p[2]() is a:
+            return ("r", pos - p[0], p[1]), Ref(p[0], p[1])
+        return ("x", a.shape, a.stride(), a.storage_offset(), a.dtype), a
+    t = type(a)
+    if t is list or t is tuple:
+        pairs = [_describe(x, pos, producers) for x in a]
+        return tuple([k for k, _ in pairs]), t(v for _, v in pairs)
+    if t in _num:
+        return (t, a), a
+    if t is torch.dtype:
+        if a in HOST_ONLY:
+            raise NotQueueable
+        return a, a
+    if a is None or t is str or t is torch.memory_format or t is torch.layout:
+        return a, a
+    if t is torch.device:
+        return a, a
+    raise NotQueueable
+
+
+def describe(facts, args, kwargs, pos: int, producers: dict):
+    """The op's key and its argument templates (args, kwargs)."""
+    keys, targs = [], []
+    for a in args:
+        k, v = _describe(a, pos, producers)
+        keys.append(k)
+        targs.append(v)
+    tkw = None
+    if kwargs:
+        tkw = {}
+        for n in sorted(kwargs):
+            k, v = _describe(kwargs[n], pos, producers)
+            keys.append((n, k))
+            tkw[n] = v
+    return (facts.op, tuple(keys)), tuple(targs), tkw
+
+
+def rekey(key, i: int, start: int, metas_of) -> Any:
+    """``key`` of op ``i`` as seen by a region starting at ``start`` (earlier producers -> inputs)."""
+    if type(key) is tuple:
+        if len(key) == 3 and key[0] == "r":
+            if i - key[1] < start:
+                m = metas_of(i - key[1])[key[2]]
+                return ("x", torch.Size(m[0]), m[1], m[2], m[3])
+            return key
+        return tuple(rekey(k, i, start, metas_of) for k in key)
+    return key
+
+
+def flatten_outputs(out) -> list:
+    """Tensor outputs in schema order (None where a return is not a tensor)."""
+    if isinstance(out, Tensor):
+        return [out]
+    if type(out) is tuple or type(out) is list:
+        res = []
+        for o in out:
+            if isinstance(o, Tensor):
+                res.append(o)
+            elif type(o) is list:
+                res.extend(o)
+            else:
+                res.append(None)
+        return res
+    return []
+
+
+def out_meta(t: Tensor | None):
+    return None if t is None else (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+
+
+class QueuedOp:
+    __slots__ = ("facts", "args", "kwargs", "key", "outs", "metas", "structure")
+
+    def __init__(self, facts, args, kwargs, key) -> None:
+        self.facts, self.args, self.kwargs, self.key = facts, args, kwargs, key
+        self.outs: list = []       # weak references to the output tensors, flattened (or None)
+        self.metas: tuple = ()     # their (shape, stride, offset, dtype)
+        self.structure: Any = None  # how to rebuild the op's return value from ``outs``
+
+    def __repr__(self) -> str:
+        return f"QueuedOp({self.facts.name}, {len(self.outs)} outs)"
+
+
+def structure_of(out) -> Any:
+    """A small template: 't' single tensor, ('tuple', n) / ('list', n), or the value itself."""
+    if isinstance(out, Tensor):
+        return "t"
+    if type(out) is tuple:
+        return ("tuple", tuple("t" if isinstance(o, Tensor) else ("l", len(o)) if type(o) is list
+                               else ("v", o) for o in out))
+    if type(out) is list:
+        return ("list", len(out))
+    return ("v", out)
+
+
+def rebuild(structure, outs: list):
+    """Inverse of ``flatten_outputs`` given ``structure_of``'s template."""
+    if structure == "t":
+        return outs[0]
+    kind = structure[0]
+    if kind == "list":
+        return list(outs)
+    if kind == "tuple":
+        res, i = [], 0
+        for s in structure[1]:
+            if s == "t":
+                res.append(outs[i])
+                i += 1
+            elif s[0] == "l":
+                res.append(list(outs[i:i + s[1]]))
+                i += s[1]
+            else:
+                res.append(s[1])
+                i += 1
+        return tuple(res)
+    return structure[1]
