@@ -10,6 +10,13 @@ compile, fused or per-op), ``replay`` (running a region). The eager path is the 
 from __future__ import annotations
 
 import contextlib
+import os
+
+from . import knobs as _knobs
+
+# Before anything imports inductor: its compiled programs persist under NEURON_LAB_CACHE_DIR,
+# so a kernel restart or a second run of a script reuses them (cold compile ~10-20 s on CPU).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_knobs.CACHE_DIR.get(), "inductor"))
 
 from ..device import kernels, module, shell
 from ..device.executor import synchronize as _executor_sync

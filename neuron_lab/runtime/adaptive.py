@@ -112,6 +112,8 @@ class Engine:
         for k, t in enumerate(outs):
             if t is not None:
                 prod[id(t)] = (pos, k, weakref.ref(t))
+                st = t.untyped_storage()
+                prod[id(st)] = (pos, k, weakref.ref(st))
 
     def _period(self, n: int, key) -> bool:
         """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""

@@ -15,6 +15,7 @@ Key of one argument:
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -40,13 +41,29 @@ class Ref:
         return f"Ref({self.pos}, {self.k})"
 
 
+def _by_storage(a: Tensor, producers: dict):
+    """A C++ shallow copy of a region output (``.data``, autograd's saved outputs) is a new
+    Python object over the same storage; every output shell has a storage of its own, so the
+    storage names the producer. Only objects without a cached host view can be such copies."""
+    if "_d" in a.__dict__:
+        return None
+    st = a.untyped_storage()
+    p = producers.get(id(st))
+    if p is None or p[2]() is not st:
+        return None
+    producers[id(a)] = (p[0], p[1], weakref.ref(a))
+    return p
+
+
 def _describe(a: Any, pos: int, producers: dict):
     """(key, template) of one argument; the template has ``Ref`` for region-internal tensors."""
     if isinstance(a, Tensor):
         if a.is_cpu or a.dtype in HOST_ONLY:
             raise NotQueueable
         p = producers.get(id(a))
-        if p is not None and p[2]() is a:
+        if p is None or p[2]() is not a:
+            p = _by_storage(a, producers)
+        if p is not None:
             return ("r", pos - p[0], p[1]), Ref(p[0], p[1])
         return ("x", a.shape, a.stride(), a.storage_offset(), a.dtype), a
     t = type(a)
