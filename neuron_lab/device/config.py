@@ -1,14 +1,18 @@
-"""Runtime knobs: every one is a ContextVar/environment-variable pair.
+"""Runtime knobs: every one is a settable value / environment-variable pair.
 
-A knob reads, in order: the value set in the current context (``knob.set`` or ``with
-knob.scoped(v)``), then the environment variable, then its default. Tests flip knobs with
-``scoped`` (tinygrad's ``Context(...)`` idiom) without leaking into other tests; scripts set the
-environment (``NEURON_LAB_MODE=eager python train.py``). Reading a knob is one ContextVar lookup.
+A knob reads, in order: the value set in-process (``knob.set`` or ``with knob.scoped(v)``), then
+the environment variable, then its default. Tests flip knobs with ``scoped`` (tinygrad's
+``Context(...)`` idiom) without leaking into other tests; scripts set the environment
+(``NEURON_LAB_MODE=eager python train.py``).
+
+Why not ``contextvars``: PyTorch's autograd engine runs the backward pass of a non-CPU device
+on its own device thread, which does not inherit the caller's context, so a ContextVar-scoped
+``with neuron_lab.mode("eager"):`` would not reach the backward ops. The value is process-wide;
+``scoped`` restores the previous value on exit.
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -21,7 +25,7 @@ class Knob(Generic[T]):
     def __init__(self, env: str, default: T, parse: Callable[[str], T] = str, *,
                  choices: tuple | None = None, doc: str = "") -> None:
         self.env, self.default, self.parse, self.choices, self.doc = env, default, parse, choices, doc
-        self._var: contextvars.ContextVar[Any] = contextvars.ContextVar(env, default=_UNSET)
+        self._value: Any = _UNSET
         self._env_cache: tuple[str | None, Any] = (None, _UNSET)
 
     def _validate(self, value: Any) -> T:
@@ -30,7 +34,7 @@ class Knob(Generic[T]):
         return value
 
     def get(self) -> T:
-        v = self._var.get()
+        v = self._value
         if v is not _UNSET:
             return v
         raw = os.environ.get(self.env)
@@ -42,20 +46,20 @@ class Knob(Generic[T]):
             self._env_cache = (raw, cached)
         return cached
 
-    def set(self, value: T) -> contextvars.Token:
-        return self._var.set(self._validate(value))
+    def set(self, value: T) -> None:
+        self._value = self._validate(value)
 
     def reset(self) -> None:
-        """Forget any value set in this context (back to environment/default)."""
-        self._var.set(_UNSET)
+        """Forget any value set in-process (back to environment/default)."""
+        self._value = _UNSET
 
     @contextlib.contextmanager
     def scoped(self, value: T) -> Iterator[T]:
-        token = self._var.set(self._validate(value))
+        old, self._value = self._value, self._validate(value)
         try:
             yield value
         finally:
-            self._var.reset(token)
+            self._value = old
 
     def __repr__(self) -> str:
         return f"Knob({self.env}={self.get()!r})"

@@ -60,7 +60,7 @@ class Engine:
             return _execute(f, args, kwargs)
         if f.random or f.data_dependent or not policy.queueable(f):
             if self.records:
-                self.flush("data-dependent" if f.data_dependent else "unqueueable")
+                self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)
         pos = len(self.records)
         try:

@@ -26,6 +26,20 @@ def queueable(f) -> bool:
     return f.base not in _UNQUEUEABLE
 
 
+_REASONS = {"_local_scalar_dense": "item", "_to_copy": "cpu", "_copy_from": "cpu",
+            "_copy_from_and_resize": "cpu", "copy_": "transfer", "equal": "item",
+            "allclose": "item"}
+
+
+def boundary_reason(f) -> str:
+    """Why an op that cannot be queued ends the current segment (the sync-reason vocabulary)."""
+    if f.base in _REASONS:
+        return _REASONS[f.base]
+    if f.data_dependent:
+        return "data-dependent"
+    return "rng" if f.random else "unqueueable"
+
+
 def run(region, records, needed, stats) -> tuple[float, bool]:
     """Execute a deferred region; returns (host seconds, used the fused program)."""
     n = len(records)

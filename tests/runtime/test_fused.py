@@ -1,0 +1,61 @@
+"""Fused programs (real torch inductor): used when faster, allclose to eager, failures fall back.
+
+Tolerances: fused programs may reassociate float32 reductions; we use rtol=1e-5, atol=1e-6.
+"""
+import pytest
+import torch
+
+import neuron_lab
+from neuron_lab import runtime
+from neuron_lab.runtime import compiler, knobs
+
+
+def _cell(x):
+    y = x
+    for _ in range(10):
+        y = y * 1.001 + 0.1
+    return y.sum()
+
+
+def test_hot_region_compiles_and_runs_fused():
+    x = torch.linspace(0, 1, 4096, device="neuron")
+    neuron_lab.sync()
+    ref = _cell(torch.linspace(0, 1, 4096))
+    with knobs.TRIALS.scoped(1):
+        vals = [_cell(x).item() for _ in range(6)]
+    s = runtime.stats()
+    assert s["compiles_done"] == 1 and s["compiles_failed"] == 0
+    assert s["launches_fused"] >= 1 and s["ops_fused"] >= 21
+    for v in vals:
+        assert v == pytest.approx(ref.item(), rel=1e-5)
+    (r,) = [r for r in runtime.regions() if r["ops"] == 21]
+    assert r["status"] in ("fused", "slower") and r["fused_us"] is not None
+
+
+def test_compile_failure_falls_back_and_is_recorded(monkeypatch):
+    def boom(gm, examples):
+        raise RuntimeError("injected compiler failure")
+    monkeypatch.setattr(compiler, "compile_program", boom)
+    x = torch.ones(256, device="neuron")
+    neuron_lab.sync()
+    vals = [_cell(x).item() for _ in range(5)]
+    assert len(set(vals)) == 1 and vals[0] == pytest.approx(_cell(torch.ones(256)).item())
+    s = runtime.stats()
+    assert s["compiles_failed"] == 1 and s["launches_fused"] == 0
+    (r,) = [r for r in runtime.regions() if r["ops"] == 21]
+    assert r["status"] == "failed" and "injected compiler failure" in r["error"]
+
+
+def test_fused_optimizer_update_mutates_parameters_in_place():
+    torch.manual_seed(0)
+    p_cpu = torch.randn(64)
+    p = p_cpu.to("neuron")
+    g = torch.full((64,), 0.5, device="neuron")
+    for _ in range(6):
+        p.mul_(0.9).add_(g, alpha=-0.1).clamp_(-2, 2)
+        p.sum().item()
+    ref = p_cpu.clone()
+    for _ in range(6):
+        ref.mul_(0.9).add_(torch.full((64,), 0.5), alpha=-0.1).clamp_(-2, 2)
+    torch.testing.assert_close(p.cpu(), ref, rtol=1e-5, atol=1e-6)
+    assert runtime.stats()["launches_fused"] >= 1

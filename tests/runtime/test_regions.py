@@ -1,0 +1,78 @@
+"""Region formation and the region cache: sync-point regions, repeated suffixes, hits, LRU."""
+import torch
+
+import neuron_lab
+from neuron_lab import runtime
+from neuron_lab.runtime import knobs
+
+
+def _chain(x, n=8):
+    for _ in range(n):
+        x = x * 1.5 + 1.0
+    return x
+
+
+def test_sync_point_regions_hit_on_repeat(compile_off):
+    x = torch.ones(16, device="neuron")
+    neuron_lab.sync()                     # the factory is its own region
+    runtime.reset()
+    for _ in range(5):
+        _chain(x).sum().item()            # item() is the boundary
+    s = runtime.stats()
+    assert s["misses"] == 1               # the first iteration recorded the region
+    assert s["hits"] == 4                 # every later one recognised it while ops arrived
+    assert s["ops_deferred"] >= 4 * 17    # ...and deferred its 17 ops (16 chain + sum)
+    (r,) = runtime.regions()
+    assert r["ops"] == 17 and r["hits"] == 4
+
+
+def test_repeated_suffix_cuts_a_loop_without_syncs(compile_off):
+    x = torch.ones(16, device="neuron")
+    with knobs.MIN_PERIOD_OPS.scoped(8):
+        y = x
+        for _ in range(40):
+            y = y * 1.5 + 1.0             # period of 2 ops, no sync anywhere
+        neuron_lab.sync()
+    s = runtime.stats()
+    regions = runtime.regions()
+    assert any(r["ops"] == 8 for r in regions), regions   # 4 periods of 2 ops = 8 >= MIN_PERIOD
+    assert s["hits"] >= 5
+    assert torch.equal(y.cpu(), _chain(torch.ones(16), 40))
+
+
+def test_keys_depend_on_shape_dtype_and_scalars(compile_off):
+    a = torch.ones(4, device="neuron")
+    inputs = (a, a, torch.ones(5, device="neuron"), a.half(), a)
+    neuron_lab.sync()
+    runtime.reset()
+    for x in inputs:
+        (x * 2).sum().item()
+    # shapes/dtypes differ -> distinct regions; 4-element float32 recurs -> hits
+    s = runtime.stats()
+    assert s["misses"] == 3 and s["hits"] == 2
+
+
+def test_lru_bounds_the_cache(compile_off):
+    with knobs.CACHE_SIZE.scoped(3):
+        for n in range(1, 7):
+            (torch.ones(n, device="neuron") + 1).sum().item()
+    s = runtime.stats()
+    assert s["regions"] == 3 and s["evictions"] == 3
+
+
+def test_eager_mode_bypasses_the_queue(compile_off):
+    with neuron_lab.mode("eager"):
+        for _ in range(3):
+            _chain(torch.ones(4, device="neuron")).sum().item()
+    s = runtime.stats()
+    assert s["hits"] == 0 and s["misses"] == 0 and s["ops_deferred"] == 0
+
+
+def test_queue_depth_and_flush_reasons(compile_off):
+    x = torch.ones(4, device="neuron")
+    neuron_lab.sync()
+    y = _chain(x, 3)
+    assert runtime.stats()["queue_depth"] == 6     # recorded, not yet cut
+    y.cpu()                                        # a sync point ends the segment
+    s = runtime.stats()
+    assert s["queue_depth"] == 0 and s["flushes"]["cpu"] == 1
