@@ -26,7 +26,7 @@ class Knob(Generic[T]):
                  choices: tuple | None = None, doc: str = "") -> None:
         self.env, self.default, self.parse, self.choices, self.doc = env, default, parse, choices, doc
         self._value: Any = _UNSET
-        self._env_cache: tuple[str | None, Any] = (None, _UNSET)
+        self._env_value: Any = _UNSET
 
     def _validate(self, value: Any) -> T:
         if self.choices is not None and value not in self.choices:
@@ -37,14 +37,20 @@ class Knob(Generic[T]):
         v = self._value
         if v is not _UNSET:
             return v
+        v = self._env_value
+        if v is _UNSET:
+            v = self._env_value = self._read_env()
+        return v
+
+    def _read_env(self) -> T:
         raw = os.environ.get(self.env)
         if raw is None or raw == "":
             return self.default
-        cached_raw, cached = self._env_cache
-        if raw != cached_raw:
-            cached = self._validate(self.parse(raw))
-            self._env_cache = (raw, cached)
-        return cached
+        return self._validate(self.parse(raw))
+
+    def refresh(self) -> None:
+        """Re-read the environment variable (it is read once, on first use, for speed)."""
+        self._env_value = _UNSET
 
     def set(self, value: T) -> None:
         self._value = self._validate(value)

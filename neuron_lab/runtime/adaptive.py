@@ -6,7 +6,9 @@ State machine per op (installed as the device's ``kernels.launcher``):
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of a
   cell or script, ops that cannot be queued (RNG, host fallbacks, CPU tensor arguments), the
-  queue limit (1024), and the **repeated-suffix rule**: when the ops have repeated with period L
+  queue limit (1024), and the **repeated-suffix rule** (only in segments that have gone
+  ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync; shorter ones are cut by their syncs, which
+  makes the whole step one region): when the ops have repeated with period L
   for R more ops (R = the smallest multiple of L that is >= ``NEURON_LAB_MIN_PERIOD_OPS``, 32,
   and R <= ``NEURON_LAB_MAX_PERIOD``, 512), those R ops are cut into their own region — whole
   periods, long enough to be worth a fused launch.
@@ -51,6 +53,7 @@ class Engine:
         self.last_pos: dict = {}
         self.cand = self.match = 0
         self.pending_bytes = 0
+        self.period_after = knobs.PERIOD_AFTER.get()
 
     # --- entry point ---------------------------------------------------------------------
     def launch(self, f, args, kwargs):
@@ -103,7 +106,8 @@ class Engine:
         pos = len(self.records)
         self.records.append(rec)
         self._produce(pos, outs)
-        if not self._period(pos, key) and pos + 1 >= knobs.QUEUE_LIMIT.get():
+        cut = pos >= self.period_after and self._period(pos, key)
+        if not cut and pos + 1 >= knobs.QUEUE_LIMIT.get():
             self.flush("queue-limit")
         return out
 

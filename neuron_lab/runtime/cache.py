@@ -49,6 +49,7 @@ class Region:
         self.fused_s: list[float] = []
         self.compile_s: float | None = None
         self.fused_launches = 0
+        self.trial = 0
         self.per_op_launches = 0
 
     @property

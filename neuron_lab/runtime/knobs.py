@@ -13,6 +13,8 @@ MODE = Knob("NEURON_LAB_MODE", "adaptive", str, choices=("eager", "adaptive"),
             doc="adaptive: queue, cache and fuse op sequences; eager: launch every op")
 QUEUE_LIMIT = Knob("NEURON_LAB_QUEUE_LIMIT", 1024, int, doc="ops queued before a forced flush")
 MAX_PERIOD = Knob("NEURON_LAB_MAX_PERIOD", 512, int, doc="longest repeating suffix that cuts a region")
+PERIOD_AFTER = Knob("NEURON_LAB_PERIOD_AFTER", 256, int,
+                    doc="segment length after which the repeated-suffix rule looks for periods")
 MIN_PERIOD_OPS = Knob("NEURON_LAB_MIN_PERIOD_OPS", 32, int,
                       doc="a repeated-suffix region holds whole periods and at least this many ops")
 MIN_SPLIT = Knob("NEURON_LAB_MIN_SPLIT", 8, int,
@@ -21,6 +23,8 @@ COMPILE = Knob("NEURON_LAB_COMPILE", True, boolean, doc="compile hot regions wit
 COMPILE_AFTER = Knob("NEURON_LAB_COMPILE_AFTER", 2, int, doc="hits before a region is compiled")
 MIN_REGION_OPS = Knob("NEURON_LAB_MIN_REGION_OPS", 4, int, doc="smallest region worth compiling")
 TRIALS = Knob("NEURON_LAB_TRIALS", 3, int, doc="fused launches timed before choosing")
+PARALLEL_MIN_NUMEL = Knob("NEURON_LAB_PARALLEL_MIN_NUMEL", 1 << 18, int,
+                          doc="regions with smaller tensors compile single-threaded (CPU executor)")
 CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")
 SYNC_COMPILE = Knob("NEURON_LAB_SYNC_COMPILE", False, boolean,
                     doc="compile in the foreground (tests); default: background worker")

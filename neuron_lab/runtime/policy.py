@@ -5,8 +5,10 @@ The rule (thresholds are knobs, see ``knobs.py``):
    program, ~15-20 us on CPU, cannot pay back) or seen fewer than ``COMPILE_AFTER`` times (cold
    code would wait ~2-20 s of compile for nothing).
 2. While compiling, and always for regions that are not compiled, run per-op (replay).
-3. A compiled region runs fused for ``TRIALS`` launches, timed; then it keeps whichever of fused
-   and per-op has the lower median host time, for good ("fused" or "slower" in the stats).
+3. A compiled region enters a trial: its first fused call (which loads the program) is not
+   timed, then fused and per-op launches alternate (an A/B under the same machine load) until
+   each has ``TRIALS`` samples; it keeps whichever has the lower median host time, for good
+   ("fused" or "slower" in the stats).
 4. A compile or run failure marks the region per-op for good and records the error.
 """
 from __future__ import annotations
@@ -43,6 +45,19 @@ def boundary_reason(f) -> str:
 def run(region, records, needed, stats) -> tuple[float, bool]:
     """Execute a deferred region; returns (host seconds, used the fused program)."""
     n = len(records)
+    if region.status == "trial":
+        region.trial += 1
+        if region.trial == 1:                    # first call loads the program: not a sample
+            return _fused_or_per_op(region, records, needed, stats, sample=False)
+        if region.trial % 2:                     # A/B under the same load: per-op turn
+            if region.trial == 3:                # forget samples taken before the program
+                region.per_op_s.clear()
+            return _per_op(region, records, stats)
+    return _fused_or_per_op(region, records, needed, stats)
+
+
+def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tuple[float, bool]:
+    n = len(records)
     if region.program is not None and region.status in ("trial", "fused"):
         try:
             dt = replay.fused(region, records, needed)
@@ -51,13 +66,19 @@ def run(region, records, needed, stats) -> tuple[float, bool]:
             stats["compiles_failed"] += 1
             dt = None
         if dt is not None:
-            region.fused_s.append(dt)
-            del region.fused_s[:-_SAMPLES]
+            if sample:
+                region.fused_s.append(dt)
+                del region.fused_s[:-_SAMPLES]
             region.fused_launches += 1
             stats["launches_fused"] += 1
             stats["ops_fused"] += n
             _decide(region, stats)
             return dt, True
+    return _per_op(region, records, stats)
+
+
+def _per_op(region, records, stats) -> tuple[float, bool]:
+    n = len(records)
     dt = replay.per_op(records)
     region.per_op_s.append(dt)
     del region.per_op_s[:-_SAMPLES]
@@ -68,7 +89,8 @@ def run(region, records, needed, stats) -> tuple[float, bool]:
 
 
 def _decide(region, stats) -> None:
-    if region.status != "trial" or len(region.fused_s) < knobs.TRIALS.get() or not region.per_op_s:
+    trials = knobs.TRIALS.get()
+    if region.status != "trial" or len(region.fused_s) < trials or len(region.per_op_s) < trials:
         return
     if statistics.median(region.fused_s) <= statistics.median(region.per_op_s):
         region.status = "fused"
@@ -89,4 +111,4 @@ def maybe_compile(region, records, needed, stats) -> None:
         return
     region.plan = plan
     region.status = "queued"
-    worker.submit(region, gm, examples, stats)
+    worker.submit(region, gm, examples, stats, compiler.largest_numel(records))

@@ -22,14 +22,14 @@ _lock = threading.Lock()
 state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "seconds": 0.0}
 
 
-def _compile(region, gm, examples, stats) -> None:
+def _compile(region, gm, examples, stats, largest=0) -> None:
     t0 = time.perf_counter()
     region.status = "compiling"
     state["running"] += 1
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
         with torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-            program = compiler.compile_program(gm, examples)
+            program = compiler.compile_program(gm, examples, largest)
     except Exception as e:  # noqa: BLE001 - any compiler error means: stay per-op
         region.status, region.error = "failed", f"{type(e).__name__}: {e}"[:500]
         region.compile_s = time.perf_counter() - t0
@@ -62,19 +62,19 @@ def _loop() -> None:
         _q.task_done()
 
 
-def submit(region, gm, examples, stats) -> None:
+def submit(region, gm, examples, stats, largest: int = 0) -> None:
     global _thread
     state["queued"] += 1
     stats["compiles_queued"] += 1
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="queued", error=None)
     if knobs.SYNC_COMPILE.get():
-        _compile(region, gm, examples, stats)
+        _compile(region, gm, examples, stats, largest)
         return
     with _lock:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="neuron_lab-compile", daemon=True)
             _thread.start()
-    _q.put((region, gm, examples, stats))
+    _q.put((region, gm, examples, stats, largest))
 
 
 def pending() -> int:

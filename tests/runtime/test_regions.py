@@ -28,7 +28,8 @@ def test_sync_point_regions_hit_on_repeat(compile_off):
 
 def test_repeated_suffix_cuts_a_loop_without_syncs(compile_off):
     x = torch.ones(16, device="neuron")
-    with knobs.MIN_PERIOD_OPS.scoped(8):
+    with knobs.MIN_PERIOD_OPS.scoped(8), knobs.PERIOD_AFTER.scoped(0):
+        runtime.reset()
         y = x
         for _ in range(40):
             y = y * 1.5 + 1.0             # period of 2 ops, no sync anywhere

@@ -1,0 +1,121 @@
+"""``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2] [--cold]``
+
+Runs the workloads (``neuron_lab.bench.WORKLOADS``) on every peer in one process, prints
+progress on stderr and the markdown table on stdout, writes the JSON and the plot if asked.
+
+Cold vs warm: inductor's compiled programs persist under ``NEURON_LAB_CACHE_DIR`` (default
+``~/.cache/neuron_lab``), shared by the adaptive runtime and the torch.compile peer. The JSON
+records how many cache files existed at start ("warm" if any) and the seconds spent compiling.
+``--cold`` re-runs the benchmark in a child process with an empty, temporary cache directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _cache_state() -> dict:
+    d = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    n = 0
+    for _, _, files in os.walk(d) if d else ():
+        n += len(files)
+        if n > 100_000:
+            break
+    return {"dir": d, "entries_before": n, "state": "warm" if n else "cold"}
+
+
+def _machine() -> dict:
+    import torch
+    import neuron_lab
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        here = os.path.dirname(os.path.abspath(neuron_lab.__file__))
+        commit = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "cpu": cpu,
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "threads": torch.get_num_threads(), "neuron_lab": neuron_lab.__version__,
+            "commit": commit, "load_before": round(os.getloadavg()[0], 2),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _cold(argv: list[str]) -> int:
+    tmp = tempfile.mkdtemp(prefix="neuron_lab_bench_cache_")
+    env = {**os.environ, "NEURON_LAB_CACHE_DIR": tmp, "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor")}
+    try:
+        return subprocess.call([sys.executable, "-m", "neuron_lab.bench",
+                                *[a for a in argv if a != "--cold"]], env=env)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from . import WORKLOADS
+    from .peers import ORDER
+    ap = argparse.ArgumentParser(prog="python -m neuron_lab.bench", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter samples (< 3 min on 2 cores)")
+    ap.add_argument("--json", metavar="FILE", help="write every sample, median, ratio and machine info")
+    ap.add_argument("--plot", metavar="FILE.png", help="bar chart per workload metric")
+    ap.add_argument("--only", metavar="W1,W2", help=f"workloads to run (of {','.join(WORKLOADS)})")
+    ap.add_argument("--peers", metavar="P1,P2", help=f"peers to run (of {','.join(ORDER)})")
+    ap.add_argument("--cold", action="store_true", help="run with an empty temporary inductor cache")
+    a = ap.parse_args(argv)
+    if a.cold:
+        return _cold(argv)
+    keys = [k.strip().upper() for k in a.only.split(",")] if a.only else list(WORKLOADS)
+    bad = [k for k in keys if k not in WORKLOADS]
+    if bad:
+        ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
+
+    import torch
+    from . import harness, peers, report
+    from .micro import copy_bandwidth
+    torch.manual_seed(0)
+    cfg = harness.Config.make(a.quick)
+    cache = _cache_state()
+    machine = _machine()
+    try:
+        ps = peers.make([p.strip() for p in a.peers.split(",")] if a.peers else peers.ORDER)
+    except ValueError as e:
+        ap.error(str(e))
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    log(f"neuron_lab.bench: {'quick' if a.quick else 'full'} run, workloads {','.join(keys)}, "
+        f"inductor cache {cache['state']} ({cache['dir']})")
+    t0 = time.perf_counter()
+    result = {"schema": "neuron_lab.bench/1", "machine": machine, "cache": cache,
+              "config": {"quick": a.quick, "only": keys, **cfg.__dict__},
+              "peers": [p.name for p in ps], "labels": {p.name: p.label for p in ps},
+              "workloads": {}}
+    for k in keys:
+        log(f"{k}: {WORKLOADS[k].title}")
+        result["workloads"][k] = harness.run_workload(WORKLOADS[k], ps, cfg, log)
+    result["copy_bandwidth_GBps"] = copy_bandwidth(cfg)["GBps"]
+    result["seconds"] = time.perf_counter() - t0
+    machine["load_after"] = round(os.getloadavg()[0], 2)
+    print(report.header(result) + "\n\n" + report.table(result))
+    if a.json:
+        report.write_json(result, a.json)
+        log(f"wrote {a.json}")
+    if a.plot:
+        report.plot(result, a.plot)
+        log(f"wrote {a.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Timing helpers and the driver that runs one workload on every peer.
+
+Methodology (the same for every workload and peer):
+
+- **Warm-up is excluded.** Each peer first runs the iteration for ``cfg.warm_s`` seconds (at
+  least a few iterations); that covers the process's one-time dispatch warm-up, torch.compile's
+  and torch._lazy's tracing and compiles. The adaptive peer then *settles* (see ``peers.py``):
+  wait for its background compiles, warm up again so the policy finishes its fused-vs-per-op
+  trials, and repeat while new compiles were queued.
+- **Samples.** The per-iteration time estimated during warm-up sizes each sample to about
+  ``cfg.sample_s`` seconds (``inner`` iterations); ``cfg.repeats`` samples are taken and the
+  median is reported. Every sample is kept in the JSON. The Python GC is paused inside a sample
+  (as ``timeit`` does) and collected between samples.
+- **Every iteration ends at a sync** chosen by the workload (``.item()``, ``peer.sync()``), so
+  asynchronous peers are timed for finished work, not for queued work.
+- A peer that cannot run a workload raises ``Skip(reason)``; an exception is recorded as a skip
+  with ``error: ...`` and its traceback, so one broken peer never hides the others' numbers.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+perf = time.perf_counter
+
+
+class Skip(Exception):
+    """This peer does not produce this workload's numbers; the message says why."""
+
+
+@dataclass
+class Config:
+    quick: bool = False
+    warm_s: float = 1.0
+    sample_s: float = 0.25
+    repeats: int = 9
+    compile_timeout_s: float = 300.0
+
+    @classmethod
+    def make(cls, quick: bool) -> "Config":
+        if quick:
+            return cls(quick=True, warm_s=0.25, sample_s=0.05, repeats=7, compile_timeout_s=120.0)
+        return cls()
+
+
+@dataclass
+class Metric:
+    name: str
+    unit: str
+    better: str = "lower"        # "lower" | "higher"
+    log: bool = False            # plot on a log axis
+
+
+@dataclass
+class Ratio:
+    """``value = median(num) / median(den)`` (``den=None``: the value itself), against a target."""
+    label: str
+    num: tuple[str, str]         # (metric, peer)
+    den: tuple[str, str] | None
+    op: str                      # "<=", ">=", "<"
+    target: float
+
+    def evaluate(self, metrics: dict) -> dict:
+        def med(ref):
+            entry = metrics.get(ref[0], {}).get("peers", {}).get(ref[1], {})
+            return entry.get("median")
+        a = med(self.num)
+        b = 1.0 if self.den is None else med(self.den)
+        out = {"label": self.label, "num": list(self.num), "den": list(self.den) if self.den else None,
+               "op": self.op, "target": self.target, "value": None, "met": None}
+        if a is not None and b:
+            v = a / b
+            out["value"] = v
+            out["met"] = {"<=": v <= self.target, ">=": v >= self.target, "<": v < self.target}[self.op]
+        return out
+
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    metrics: list[Metric]
+    run: Callable[[Any, Config], dict]   # (peer, cfg) -> {metric: samples | value, "extra": {...}}
+    ratios: list[Ratio] = field(default_factory=list)
+    peers: tuple[str, ...] | None = None  # None: every peer
+
+
+def warm(fn: Callable[[], Any], seconds: float, min_iters: int = 3) -> float:
+    """Run ``fn`` for ``seconds`` (at least ``min_iters`` times); returns seconds/iteration of the
+    later half (the first iterations include tracing and compiles)."""
+    times = []
+    t_end = perf() + seconds
+    while len(times) < min_iters or perf() < t_end:
+        t0 = perf()
+        fn()
+        times.append(perf() - t0)
+        if len(times) >= 10_000:
+            break
+    tail = times[len(times) // 2:]
+    return statistics.median(tail)
+
+
+def sample(fn: Callable[[], Any], per_iter: float, cfg: Config, end=None) -> list[float]:
+    """``cfg.repeats`` samples of seconds/iteration, each about ``cfg.sample_s`` long; ``end``
+    (e.g. the peer's sync) runs inside the timed window after the last iteration."""
+    inner = max(1, min(100_000, math.ceil(cfg.sample_s / max(per_iter, 1e-9))))
+    out = []
+    for _ in range(cfg.repeats):
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = perf()
+            for _ in range(inner):
+                fn()
+            if end is not None:
+                end()
+            out.append((perf() - t0) / inner)
+        finally:
+            gc.enable()
+    return out
+
+
+def steady(fn: Callable[[], Any], peer, cfg: Config, min_iters: int = 3, end=None) -> list[float]:
+    """Steady-state seconds/iteration of ``fn`` on ``peer`` (warm-up and settling excluded)."""
+    per = warm(fn, cfg.warm_s, min_iters)
+    per = peer.settle(lambda: warm(fn, cfg.warm_s, max(min_iters, 5)), cfg) or per
+    if end is not None:
+        end()
+    return sample(fn, per, cfg, end)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _entry(value) -> dict:
+    samples = [float(v) for v in value] if isinstance(value, (list, tuple)) else [float(value)]
+    return {"median": statistics.median(samples), "samples": samples}
+
+
+def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
+    """Run ``w`` on each peer in turn; returns the workload's JSON record."""
+    t0 = perf()
+    metrics = {m.name: {"unit": m.unit, "better": m.better, "log": m.log, "peers": {}}
+               for m in w.metrics}
+    extra: dict[str, Any] = {}
+    for peer in peers:
+        log(f"  {w.key} {peer.name} ...")
+        t_peer = perf()
+        if w.peers is not None and peer.name not in w.peers:
+            out, reason = {}, f"not applicable: {w.key} measures {', '.join(w.peers)} only"
+        elif peer.unavailable:
+            out, reason = {}, peer.unavailable
+        else:
+            out, reason = {}, None
+            try:
+                with peer.active():
+                    out = w.run(peer, cfg) or {}
+            except Skip as e:
+                reason = str(e)
+            except Exception as e:  # noqa: BLE001 - record, keep measuring the other peers
+                reason = f"error: {type(e).__name__}: {e}"[:400]
+                extra.setdefault("errors", {})[peer.name] = traceback.format_exc()[-4000:]
+            finally:
+                peer.cleanup(cfg)
+        if out.get("extra"):
+            extra[peer.name] = out.pop("extra")
+        for m in w.metrics:
+            v = out.get(m.name)
+            if reason is not None:
+                metrics[m.name]["peers"][peer.name] = {"skip": reason}
+            elif isinstance(v, Skip):
+                metrics[m.name]["peers"][peer.name] = {"skip": str(v)}
+            elif v is None:
+                metrics[m.name]["peers"][peer.name] = {"skip": "not measured for this peer"}
+            else:
+                metrics[m.name]["peers"][peer.name] = _entry(v)
+        log(f"  {w.key} {peer.name} done in {perf() - t_peer:.1f} s"
+            + (f" (skip: {reason})" if reason else ""))
+    return {"title": w.title, "metrics": metrics,
+            "ratios": [r.evaluate(metrics) for r in w.ratios],
+            "extra": extra, "seconds": perf() - t0}

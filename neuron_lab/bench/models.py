@@ -1,0 +1,95 @@
+"""The models the training workloads run: an MLP (W3, W5) and a tiny GPT (W4), plus one train step.
+
+Both are plain ``nn.Module``s with no dropout and no RNG inside the step, so every peer runs the
+same ops. Attention is written out (matmul, causal ``masked_fill``, softmax) rather than
+``scaled_dot_product_attention``, so no peer gets a special kernel the others lack.
+Inputs are generated once on the host under a fixed seed and moved to the peer's device.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MLP_SIZES = (256, 512, 512, 10)
+MLP_BATCH = 128
+GPT = dict(vocab=256, d=128, heads=4, layers=2, T=64, batch=16)
+
+
+def mlp(sizes=MLP_SIZES) -> nn.Module:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def mlp_batch(device, sizes=MLP_SIZES, batch=MLP_BATCH, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, sizes[0], generator=g)
+    y = torch.randint(0, sizes[-1], (batch,), generator=g)
+    return x.to(device), y.to(device)
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int, T: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // h) ** 0.5)
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, T: int, **_) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.blocks = nn.Sequential(*[Block(d, heads, T) for _ in range(layers)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.blocks(self.tok(idx) + self.pos(pos))
+        logits = self.head(self.ln(x))
+        return logits.view(-1, logits.shape[-1])
+
+
+def gpt(cfg=GPT) -> nn.Module:
+    return TinyGPT(**cfg)
+
+
+def gpt_batch(device, cfg=GPT, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["T"] + 1), generator=g)
+    return idx[:, :-1].contiguous().to(device), idx[:, 1:].reshape(-1).to(device)
+
+
+def make(kind: str, peer, seed: int = 0):
+    """(model as the peer runs it, its AdamW, (inputs, targets)) on ``peer``'s device."""
+    torch.manual_seed(seed)
+    model = (mlp() if kind == "mlp" else gpt()).to(peer.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = (mlp_batch if kind == "mlp" else gpt_batch)(peer.device, seed=seed)
+    return peer.module(model), opt, batch
+
+
+def train_step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss

@@ -1,0 +1,164 @@
+"""The five peers measured side by side, each behind the same small interface.
+
+=================  ==================================================================================
+``native``         CPU eager PyTorch, no device layer.
+``neuron_eager``   the ``neuron`` device, one launch per op (``neuron_lab.mode("eager")``).
+``neuron_adaptive`` the ``neuron`` device in adaptive mode (the default): queued, cached, fused.
+``compile``        ``torch.compile`` with default settings (inductor, CPU C++ kernels) on CPU
+                   tensors; modules are compiled with ``torch.compile(model)``, the optimizer runs
+                   eager (the way most users write it).
+``lazy``           ``torch._lazy`` (C++ lazy tensor core, TorchScript backend), device ``"lazy"``,
+                   ``torch._lazy.mark_step()`` at the end of every iteration.
+=================  ==================================================================================
+
+Interface: ``device``; ``active()`` (context for the peer's mode); ``compile(fn)`` /
+``module(m)`` (what torch.compile wraps; identity elsewhere); ``step_end()`` (the per-iteration
+boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
+(adaptive only: wait for background compiles, warm again, until no compile was queued);
+``cleanup(cfg)`` (between peers: let background compiles finish so they do not steal the next
+peer's cores); ``unavailable`` (skip reason when the peer cannot run here).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+ORDER = ("native", "neuron_eager", "neuron_adaptive", "compile", "lazy")
+LABELS = {"native": "CPU eager", "neuron_eager": "neuron eager", "neuron_adaptive": "neuron adaptive",
+          "compile": "torch.compile", "lazy": "torch._lazy"}
+
+
+class Peer:
+    name = "native"
+    device = "cpu"
+    unavailable: str | None = None
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.name]
+
+    def active(self):
+        return contextlib.nullcontext()
+
+    def compile(self, fn):
+        return fn
+
+    def module(self, m):
+        return m
+
+    def step_end(self) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def settle(self, warm, cfg):
+        return None
+
+    def cleanup(self, cfg) -> None:
+        pass
+
+    def extra(self) -> dict:
+        return {}
+
+
+class NeuronEager(Peer):
+    name, device = "neuron_eager", "neuron"
+    mode = "eager"
+
+    def active(self):
+        import neuron_lab
+        return neuron_lab.mode(self.mode)
+
+    def sync(self) -> None:
+        import neuron_lab
+        neuron_lab.sync()
+
+
+class NeuronAdaptive(NeuronEager):
+    name, mode = "neuron_adaptive", "adaptive"
+
+    @contextlib.contextmanager
+    def active(self):
+        import neuron_lab
+        from neuron_lab import runtime
+        runtime.wait_compiles(None)
+        runtime.reset()             # each workload starts from an empty region cache
+        self._compile_s0 = runtime.stats()["compile_seconds"]   # the worker's total is per process
+        with neuron_lab.mode("adaptive"):
+            yield
+
+    def settle(self, warm, cfg):
+        from neuron_lab import runtime
+        per = None
+        for _ in range(4):
+            queued = runtime.stats()["compiles_queued"]
+            runtime.wait_compiles(cfg.compile_timeout_s)
+            per = warm()
+            if runtime.stats()["compiles_queued"] == queued:
+                break
+        return per
+
+    def cleanup(self, cfg) -> None:
+        from neuron_lab import runtime
+        runtime.wait_compiles(cfg.compile_timeout_s)
+
+    def extra(self) -> dict:
+        """Runtime counters since this workload started (the engine is reset per workload)."""
+        from neuron_lab import runtime
+        s = runtime.stats()
+        keep = ("hits", "misses", "hit_rate", "launches_fused", "launches_per_op", "ops_fused",
+                "ops_per_op", "fused_share", "compiles_queued", "compiles_done", "compiles_failed",
+                "compiles_slower", "compiles_pending", "compile_seconds", "regions", "flushes")
+        out = {k: s.get(k) for k in keep}
+        out["compile_seconds"] = s["compile_seconds"] - getattr(self, "_compile_s0", 0.0)
+        regs = runtime.regions()
+        out["region_status"] = {}
+        for r in regs:
+            out["region_status"][r["status"]] = out["region_status"].get(r["status"], 0) + 1
+        out["hot_regions"] = sorted(regs, key=lambda r: -r["hits"])[:5]
+        return out
+
+
+class Compile(Peer):
+    name = "compile"
+
+    def compile(self, fn):
+        return torch.compile(fn)
+
+    def module(self, m):
+        return torch.compile(m)
+
+
+class Lazy(Peer):
+    name, device = "lazy", "lazy"
+    _ready: bool | None = None
+
+    def __init__(self) -> None:
+        if Lazy._ready is None:
+            try:
+                import torch._lazy
+                import torch._lazy.ts_backend
+                torch._lazy.ts_backend.init()
+                Lazy._ready = True
+            except Exception as e:  # noqa: BLE001
+                Lazy._ready = False
+                Lazy.unavailable = f"torch._lazy unavailable: {type(e).__name__}: {e}"[:300]
+
+    def step_end(self) -> None:
+        torch._lazy.mark_step()
+
+    def sync(self) -> None:
+        torch._lazy.mark_step()
+        torch._lazy.wait_device_ops()
+
+
+_CLASSES = {c.name: c for c in (Peer, NeuronEager, NeuronAdaptive, Compile, Lazy)}
+
+
+def make(names=ORDER) -> list[Peer]:
+    unknown = [n for n in names if n not in _CLASSES]
+    if unknown:
+        raise ValueError(f"unknown peer(s) {unknown}; choose from {', '.join(ORDER)}")
+    return [_CLASSES[n]() for n in ORDER if n in names]

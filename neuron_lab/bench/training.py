@@ -1,0 +1,64 @@
+"""Training workloads: an MLP train step (W3) and a tiny GPT train step (W4), both with AdamW.
+
+One iteration = ``zero_grad``, forward, cross-entropy, ``backward``, ``AdamW.step``, then the
+peer's step boundary (``mark_step`` for lazy). Steps do not sync one by one (a training loop
+does not look at every loss); each timed sample ends with the peer's ``sync()``, inside the
+window, so queued work is paid for. Steady state (steps/s) follows the harness's warm-up rules.
+
+W4 also measures what a user sees from a fresh model, *without* waiting for background compiles:
+``first_step_s`` — from the first ``train_step`` call until its loss is on the host (``.item()``);
+``total_s`` — from the same start until step N's loss is on the host (N = 200, 20 with
+``--quick``), compiles included (torch.compile's happen inside the first step; the adaptive
+runtime's in a background thread that competes for the same 2 cores). Those two are single
+measurements (a fresh model and a fresh region cache each), so they carry one sample.
+"""
+from __future__ import annotations
+
+from . import models
+from .harness import Metric, Ratio, Workload, perf, steady
+
+
+def _loop(peer, model, opt, batch):
+    x, y = batch
+
+    def it():
+        loss = models.train_step(model, opt, x, y)
+        peer.step_end()
+        return loss
+    return it
+
+
+def run_w3(peer, cfg) -> dict:
+    it = _loop(peer, *models.make("mlp", peer))
+    samples = steady(it, peer, cfg, end=peer.sync)
+    return {"steps_per_s": [1.0 / t for t in samples], "extra": peer.extra()}
+
+
+def run_w4(peer, cfg) -> dict:
+    steps = 20 if cfg.quick else 200
+    it = _loop(peer, *models.make("gpt", peer))
+    t0 = perf()
+    first_loss = it().item()
+    first = perf() - t0
+    for _ in range(steps - 1):
+        loss = it()
+    last_loss = loss.item()
+    total = perf() - t0
+    fresh = {"steps": steps, "first_loss": first_loss, "last_loss": last_loss, **peer.extra()}
+    samples = steady(it, peer, cfg, end=peer.sync)
+    return {"steps_per_s": [1.0 / t for t in samples], "first_step_s": first, "total_s": total,
+            "extra": {"fresh_run": fresh, "steady": peer.extra()}}
+
+
+W3 = Workload(
+    "W3", "MLP 256-512-512-10, batch 128, AdamW train step",
+    [Metric("steps_per_s", "steps/s", "higher")], run_w3,
+    [Ratio("W3 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.3)])
+
+W4 = Workload(
+    "W4", "tiny GPT (2 layers, d=128, T=64, batch 16) AdamW train step",
+    [Metric("steps_per_s", "steps/s", "higher"),
+     Metric("first_step_s", "s to first step", "lower", log=True),
+     Metric("total_s", "s to N steps", "lower", log=True)], run_w4,
+    [Ratio("W4 first step adaptive / neuron eager", ("first_step_s", "neuron_adaptive"), ("first_step_s", "neuron_eager"), "<=", 1.2),
+     Ratio("W4 N-step total adaptive / torch.compile", ("total_s", "neuron_adaptive"), ("total_s", "compile"), "<", 1.0)])
