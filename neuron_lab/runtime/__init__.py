@@ -9,6 +9,7 @@ compile, fused or per-op), ``replay`` (running a region). The eager path is the 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 
@@ -39,6 +40,7 @@ kernels.launcher = engine.launch
 kernels.before_sync = engine.flush
 shell.materialize_hook = _materialize
 module._sync_hook = lambda reason: engine.flush(reason)
+atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
 
 
 def get_mode() -> str:

@@ -53,6 +53,7 @@ class Engine:
         self.last_pos: dict = {}
         self.cand = self.match = 0
         self.pending_bytes = 0
+        self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
     # --- entry point ---------------------------------------------------------------------
@@ -171,6 +172,8 @@ class Engine:
         if new_bytes:
             memory.check(self.pending_bytes + new_bytes, f.name)
             self.pending_bytes += new_bytes
+            if memory.memory_allocated() + self.pending_bytes > 0.9 * memory.capacity():
+                self._pressure = True       # flush right after handing this op's outputs out
         rec.outs = pairs
         self.records.append(rec)
         self._produce(pos, outs)
@@ -178,6 +181,9 @@ class Engine:
         self.stats["ops_deferred"] += 1
         if nxt.region is not None and not nxt.children:
             self._launch(nxt.region)
+        elif self._pressure:
+            self._pressure = False
+            self.flush("memory")
         return rebuild(nxt.structure, outs)
 
     def _launch(self, region) -> None:

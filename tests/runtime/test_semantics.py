@@ -95,3 +95,17 @@ def test_repr_and_item_flush(compile_off):
         y = x + 1
         assert "2., 2., 2." in repr(y)
         assert "device='neuron:0'" in repr(y)
+
+
+def test_oom_while_deferring_raises_at_the_op_and_keeps_tensors(compile_off):
+    from neuron_lab.device import config
+    x = torch.ones(1024, device="neuron")          # 4 KiB
+    for _ in range(3):
+        (x * 2).sum().item()                       # cached region: the next one is deferred
+    with config.HBM_GB.scoped(6 * 1024 / 2**30):   # 6 KiB capacity
+        with pytest.raises(torch.OutOfMemoryError, match="neuron"):
+            y = x * 2                              # deferred: 4 KiB pending on top of 4 KiB
+            z = y + 1                              # noqa: F841
+        neuron_lab.sync()
+    assert x.sum().item() == 1024.0                # every existing tensor still valid
+    assert (x * 3).sum().item() == 3072.0          # and usable
