@@ -25,6 +25,7 @@ from .opinfo import OpFacts, facts
 Tensor = torch.Tensor
 _NEURON = "neuron"
 _HOST_ONLY = dtypes.HOST_ONLY
+_executed = tracking.executed
 
 launcher = None      # runtime hook: fn(facts, args, kwargs) -> result; None = eager per-op
 before_sync = None   # runtime hook: fn(reason) flushes queued work before the host reads data
@@ -130,10 +131,13 @@ def execute(f: OpFacts, args, kwargs):
     hargs, hkwargs = unwrap(f, args, kwargs, found)
     if f.data_dependent:
         tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
-    if found or f.random or (kwargs and "dtype" in kwargs):
+    if f.random or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
         _policy(f, found + _out_dtype(kwargs))
-    tracking.executed[f.name] += 1
-    out = f.op(*hargs, **hkwargs)
+    _executed[f.name] += 1
+    out = f.call(*hargs, **hkwargs)
+    if type(out) is Tensor and f.fresh:          # the common case: one new tensor
+        memory.track(out.untyped_storage(), f.name)
+        return shell.wrap(out)
     return wrap_result(f, out, args, kwargs)
 
 
@@ -160,10 +164,7 @@ def wrap_result(f: OpFacts, out, args, kwargs):
     t = type(out)
     if t is Tensor:
         if not (f.ret_alias[0] and f.ret_alias[0][1]):
-            st = out.untyped_storage()
-            if id(st) not in memory._live:
-                memory.check(st.nbytes(), f.name)
-                memory.track(st)
+            memory.track(out.untyped_storage(), f.name)
         return _wrap_value(f, out, f.ret_alias[0], args, kwargs)
     if t is tuple or t is list:
         _account(f, out)

@@ -85,25 +85,29 @@ def check(requested: int, op: str) -> None:
             f"the capacity with NEURON_LAB_HBM_GB. Every existing tensor is unchanged.")
 
 
-def track(storage) -> None:
-    """Count ``storage`` as device memory until it dies (no-op if already counted)."""
+def track(storage, op: str | None = None) -> None:
+    """Count ``storage`` as device memory until it dies (no-op if already counted). With ``op``,
+    first check the capacity (OutOfMemoryError naming ``op``)."""
     key = id(storage)
     if key in _live:
         return
     n = storage.nbytes()
+    s = _state
+    if op is not None and s["allocated"] + n > capacity():
+        check(n, op)
     ref = weakref.ref(storage, lambda _r, key=key: _freed(key))
-    with _lock:
-        _live[key] = (ref, n)
-        s = _state
-        s["allocated"] += n
-        s["n_alloc"] += 1
-        s["bytes_alloc"] += n
-        if s["allocated"] > s["peak"]:
-            s["peak"] = s["allocated"]
-        if s["allocated"] > s["reserved"]:
-            s["reserved"] = _round(s["allocated"])
-            if s["reserved"] > s["reserved_peak"]:
-                s["reserved_peak"] = s["reserved"]
+    # No lock on this path: allocations happen on threads that hold the GIL one at a time (the
+    # caller blocks while autograd's device thread runs the backward pass).
+    _live[key] = (ref, n)
+    s["allocated"] += n
+    s["n_alloc"] += 1
+    s["bytes_alloc"] += n
+    if s["allocated"] > s["peak"]:
+        s["peak"] = s["allocated"]
+    if s["allocated"] > s["reserved"]:
+        s["reserved"] = _round(s["allocated"])
+        if s["reserved"] > s["reserved_peak"]:
+            s["reserved_peak"] = s["reserved"]
 
 
 def retrack(storage) -> None:

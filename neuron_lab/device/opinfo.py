@@ -25,8 +25,8 @@ RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "
 
 
 class OpFacts:
-    __slots__ = ("op", "name", "base", "ret_alias", "restride", "random", "data_dependent",
-                 "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags")
+    __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
+                 "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -50,6 +50,10 @@ class OpFacts:
         self.mixed_ok = self.base in MIXED_OK
         self.has_device_kw = any(a.name == "device" for a in args)
         self.n_returns = len(schema.returns)
+        self.call = op._op                 # the C++ entry point, without OpOverload.__call__
+        # one plain Tensor return that aliases nothing, and no device kwarg to honour
+        self.fresh = (self.n_returns == 1 and self.ret_alias[0] is None and not self.has_device_kw
+                      and str(schema.returns[0].type) == "Tensor")
 
     @staticmethod
     def _alias_of(ret, args, pos):

@@ -29,13 +29,14 @@ import weakref
 
 import torch
 
-from ..device import events, kernels, memory, shell
+from ..device import events, kernels, memory, shell, tracking
 from . import knobs, policy, replay
 from .cache import Node, RegionCache
 from .record import NotQueueable, QueuedOp, describe, flatten_outputs, rekey, rebuild, structure_of
 
 Tensor = torch.Tensor
 _execute = kernels.execute
+_executed = tracking.executed
 
 
 class Engine:
@@ -179,6 +180,7 @@ class Engine:
         self._produce(pos, outs)
         self.node = nxt
         self.stats["ops_deferred"] += 1
+        _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
         if nxt.region is not None and not nxt.children:
             self._launch(nxt.region)
         elif self._pressure:
