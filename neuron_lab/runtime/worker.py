@@ -6,6 +6,7 @@ A failure marks the region per-op for good and records the error (results never 
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
@@ -75,6 +76,18 @@ def submit(region, gm, examples, stats, largest: int = 0) -> None:
             _thread = threading.Thread(target=_loop, name="neuron_lab-compile", daemon=True)
             _thread.start()
     _q.put((region, gm, examples, stats, largest))
+
+
+def shutdown(timeout: float = 120.0) -> None:
+    """Let a running compile finish and stop the thread (at interpreter exit: a daemon thread
+    killed inside C++ compiler code can abort the process)."""
+    t = _thread
+    if t is not None and t.is_alive():
+        _q.put(None)
+        t.join(timeout)
+
+
+atexit.register(shutdown)
 
 
 def pending() -> int:
