@@ -24,8 +24,17 @@ _UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "co
 _SAMPLES = 8
 
 
+_queueable: dict = {}
+
+
 def queueable(f) -> bool:
-    return f.base not in _UNQUEUEABLE
+    """Ops that touch the host, or return Python values (bool/int/float computed from data, which
+    a deferred op could not know), never enter a region."""
+    q = _queueable.get(f)
+    if q is None:
+        q = _queueable[f] = f.base not in _UNQUEUEABLE and all(
+            "Tensor" in str(r.type) for r in f.op._schema.returns)
+    return q
 
 
 _REASONS = {"_local_scalar_dense": "item", "_to_copy": "cpu", "_copy_from": "cpu",
