@@ -153,31 +153,38 @@ class Engine:
         pos = len(self.records)
         rec = QueuedOp(f, targs, tkw, key)
         rec.metas, rec.structure = nxt.metas, nxt.structure
+        plan = nxt.plan
+        if plan is None:
+            plan = nxt.plan = out_plan(f, nxt.metas)
         outs, pairs = [], []
-        new_bytes = 0
-        for i, m in enumerate(nxt.metas):
-            alias = f.ret_alias[i] if i < len(f.ret_alias) else None
-            if alias is not None and alias[1] and not alias[2]:
-                w = alias[0]
-                outs.append(args[w] if type(w) is int else kwargs[w])
+        prod = self.producers
+        for k, (kind, a, b, c, d, nbytes) in enumerate(plan):
+            if kind == 0:                                  # in-place / out=: caller's tensor
+                outs.append(args[a] if type(a) is int else kwargs[a])
                 pairs.append(None)
-            elif m is None:
+            elif kind == 1:                                # not a tensor
                 outs.append(None)
                 pairs.append(None)
-            else:
-                t = shell.pending(m[0], m[1], m[3], m[2])
-                if not alias:
-                    new_bytes += t.numel() * t.element_size()
+            else:                                          # a value this region will compute
+                t = shell.pending(a, b, c, d)
+                st = t.untyped_storage()
+                tr, sr = weakref.ref(t), weakref.ref(st)
                 outs.append(t)
-                pairs.append((weakref.ref(t), weakref.ref(t.untyped_storage())))
-        if new_bytes:
-            memory.check(self.pending_bytes + new_bytes, f.name)
-            self.pending_bytes += new_bytes
-            if memory.memory_allocated() + self.pending_bytes > 0.9 * memory.capacity():
+                pairs.append((tr, sr))
+                prod[id(t)] = (pos, k, tr)
+                prod[id(st)] = (pos, k, sr)
+        for k, kind in nxt.alias_outs:                     # in-place results are produced here
+            t = outs[k]
+            if t is not None:
+                prod[id(t)] = (pos, k, weakref.ref(t))
+        if nxt.new_bytes:
+            self.pending_bytes += nxt.new_bytes
+            cap = memory.capacity()
+            if memory._state["allocated"] + self.pending_bytes > 0.9 * cap:
+                memory.check(self.pending_bytes, f.name)   # over capacity: raises here
                 self._pressure = True       # flush right after handing this op's outputs out
         rec.outs = pairs
         self.records.append(rec)
-        self._produce(pos, outs)
         self.node = nxt
         self.stats["ops_deferred"] += 1
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
@@ -245,6 +252,26 @@ class Engine:
     def _debug(self, what: str, n) -> None:
         if knobs.DEBUG_LEVEL():
             print(f"[neuron_lab] region {what}: {n}", file=sys.stderr)
+
+
+def out_plan(f, metas) -> tuple:
+    """How ``_defer`` makes each output of a node's op: (kind, ...) with kind 0 = the caller's
+    tensor (in-place/out=, arg position or kwarg name), 1 = not a tensor, 2 = a pending tensor
+    (size, stride, dtype, offset, fresh bytes)."""
+    plan = []
+    for i, m in enumerate(metas):
+        alias = f.ret_alias[i] if i < len(f.ret_alias) else None
+        if alias is not None and alias[1] and not alias[2]:
+            plan.append((0, alias[0], None, None, None, 0))
+        elif m is None:
+            plan.append((1, None, None, None, None, 0))
+        else:
+            numel = 1
+            for n in m[0]:
+                numel *= n
+            fresh = 0 if alias else numel * m[3].itemsize
+            plan.append((2, m[0], m[1], m[3], m[2], fresh))
+    return tuple(plan)
 
 
 def replay_meta(t):

@@ -20,7 +20,8 @@ _ids = itertools.count(1)
 class Node:
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
     determines it, so it is the same for every region through this node)."""
-    __slots__ = ("children", "region", "depth", "metas", "structure")
+    __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "_new_bytes",
+                 "_alias_outs")
 
     def __init__(self, depth: int = 0, metas=None, structure=None) -> None:
         self.children: dict = {}
@@ -28,6 +29,21 @@ class Node:
         self.depth = depth
         self.metas = metas
         self.structure = structure
+        self.plan = None          # adaptive.out_plan, built on first deferral
+        self._new_bytes = None
+        self._alias_outs = None
+
+    @property
+    def new_bytes(self) -> int:
+        if self._new_bytes is None:
+            self._new_bytes = sum(p[5] for p in self.plan)
+        return self._new_bytes
+
+    @property
+    def alias_outs(self) -> tuple:
+        if self._alias_outs is None:
+            self._alias_outs = tuple((k, p[0]) for k, p in enumerate(self.plan) if p[0] == 0)
+        return self._alias_outs
 
 
 class Region:
