@@ -118,8 +118,10 @@ def _persist_cache() -> None:
     base = knobs.CACHE_DIR.get()
     os.makedirs(base, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(base, "inductor"))
+    import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     iconf.fx_graph_cache = True
+    fconf.enable_autograd_cache = True
     _cache_ready = True
 
 
