@@ -15,6 +15,7 @@ JupyterLab: ``python tests/notebooks/test_notebooks.py --strip tutorials/*.ipynb
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -109,7 +110,8 @@ def test_notebook_runs(path: Path, kernel_dir: Path):
     budget = BUDGET_S.get(name, DEFAULT_BUDGET_S)
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name="neuron-lab-test",
-                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]),
+                       transport="ipc", ip=str(kernel_dir / f"ipc-{path.stem}"))
     current: dict = {"index": None, "t": None}
     timings: list[tuple[int, float, str]] = []
 
@@ -133,7 +135,7 @@ def test_notebook_runs(path: Path, kernel_dir: Path):
     except nbclient.exceptions.CellExecutionError as e:
         i = current["index"]
         src = _first_line(nb.cells[i].source) if i is not None else "?"
-        tb = str(e).strip().splitlines()
+        tb = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
         pytest.fail(f"{name}: cell {i} `{src}` raised {e.ename}: {e.evalue}\n"
                     + "\n".join(tb[-25:]), pytrace=False)
     wall = time.perf_counter() - t0
