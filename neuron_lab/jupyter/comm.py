@@ -1,0 +1,129 @@
+"""The kernel side of the side panel: the ``neuron_lab`` comm target.
+
+Every open comm (one per panel/notebook view; several at once are fine) gets ``hello`` and a
+``snapshot``. While a cell runs, the sampler thread pushes ``memory`` and ``running`` at the
+push rate (default 4 Hz) and ``fallback`` rows when new ones appear; at cell end ``cell`` and a
+fresh ``snapshot``. Messages from the frontend are limited to the schema in ``protocol.py``
+(``request``, ``set_rate``): the panel can never make the kernel run code. A kernel restart is
+a new process: the panel simply opens a new comm.
+"""
+from __future__ import annotations
+
+import threading
+
+from .. import __version__, runtime
+from ..device import executor, memory, tracking
+from ..telemetry import cells, metrics, store
+from ..telemetry.sampler import Sampler
+from . import protocol as P
+
+
+def _summary_regions() -> dict:
+    s = runtime.stats()
+    return {"count": s["regions"], "hit_rate": s["hit_rate"], "hits": s["hits"],
+            "misses": s["misses"], "compiles_pending": s["compiles_pending"],
+            "compiles_failed": s["compiles_failed"], "fused_share": s["fused_share"]}
+
+
+def snapshot_body() -> dict:
+    m = metrics()
+    return {"memory": m["memory"], "fallbacks": m["fallbacks"], "cells": m["cells"][-20:],
+            "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"]}
+
+
+class Endpoint:
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self.comms: list = []
+        self.lock = threading.Lock()
+        self._fallback_seen = 0
+        self._registered = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def register(self) -> None:
+        from comm import get_comm_manager
+        get_comm_manager().register_target(P.TARGET, self._on_open)
+        self.sampler.listeners.append(self._on_sample)
+        self._registered = True
+
+    def unregister(self) -> None:
+        if not self._registered:
+            return
+        from comm import get_comm_manager
+        try:
+            get_comm_manager().unregister_target(P.TARGET, self._on_open)
+        except Exception:
+            pass
+        if self._on_sample in self.sampler.listeners:
+            self.sampler.listeners.remove(self._on_sample)
+        for c in list(self.comms):
+            try:
+                c.close()
+            except Exception:
+                pass
+        self.comms.clear()
+        self._registered = False
+
+    def _on_open(self, comm, open_msg) -> None:
+        with self.lock:
+            self.comms.append(comm)
+        comm.on_msg(lambda msg, c=comm: self._on_msg(c, msg))
+        comm.on_close(lambda msg, c=comm: self._drop(c))
+        comm.send(P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
+                            mode=runtime.get_mode(), capacity=memory.capacity(),
+                            push_hz=self.sampler.hz))
+        comm.send(P.message(P.SNAPSHOT, **snapshot_body()))
+
+    def _drop(self, comm) -> None:
+        with self.lock:
+            if comm in self.comms:
+                self.comms.remove(comm)
+
+    def _on_msg(self, comm, msg) -> None:
+        data = msg.get("content", {}).get("data", {}) or {}
+        kind = data.get("type")
+        if kind == P.REQUEST and data.get("what", "snapshot") == "snapshot":
+            comm.send(P.message(P.SNAPSHOT, **snapshot_body()))
+        elif kind == P.SET_RATE:
+            try:
+                hz = self.sampler.set_rate(float(data.get("hz")))
+            except (TypeError, ValueError):
+                comm.send(P.message(P.ERROR, message=f"set_rate needs a number, got {data.get('hz')!r}"))
+                return
+            comm.send(P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
+                                mode=runtime.get_mode(), capacity=memory.capacity(), push_hz=hz))
+        else:
+            comm.send(P.message(P.ERROR, message=f"unsupported request type {kind!r}; "
+                                                 f"accepted: {', '.join(P.FRONTEND_TYPES)}"))
+
+    # --- pushes ---------------------------------------------------------------------------
+    def broadcast(self, msg: dict) -> None:
+        with self.lock:
+            targets = list(self.comms)
+        for c in targets:
+            try:
+                c.send(msg)
+            except Exception:
+                self._drop(c)
+
+    def _on_sample(self, sample: dict) -> None:
+        if not self.comms:
+            return
+        self.broadcast(P.message(P.MEMORY, **sample))
+        self.broadcast(P.message(P.RUNNING, **cells.live()))
+        self.push_fallbacks()
+
+    def push_fallbacks(self) -> None:
+        seq = store.fallback_seq
+        if seq != self._fallback_seen:
+            self._fallback_seen = seq
+            self.broadcast(P.message(P.FALLBACK, rows=tracking.fallback_ops()))
+
+    def cell_finished(self, record: dict | None) -> None:
+        if not self.comms:
+            return
+        self.push_fallbacks()
+        if record is not None:
+            self.broadcast(P.message(P.CELL, record=record))
+        self.broadcast(P.message(P.MEMORY, **store.sample_memory()))
+        self.broadcast(P.message(P.SNAPSHOT, **snapshot_body()))

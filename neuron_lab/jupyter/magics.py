@@ -1,0 +1,129 @@
+"""IPython magics: ``%neuron``, ``%neuron_mode``, ``%neuron_profile``/``%%neuron_profile``,
+``%neuron_memory``, ``%neuron_fallbacks``, ``%neuron_regions``, ``%neuron_reset``.
+
+Each returns a rich object (``views.Table``/``views.Text``) so the notebook renders HTML and a
+terminal gets text; every option is a ``magic_arguments`` argument with help.
+"""
+from __future__ import annotations
+
+import time
+
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .. import runtime
+from ..device import executor, memory, tracking
+from ..telemetry import profile as _profile
+from ..telemetry import store
+from ..telemetry.report import _fmt_bytes
+from .views import Table, Text
+
+
+def fallback_table() -> Table:
+    rows = [{"op": f["op"], "reason": f["reason"], "count": f["count"],
+             "where": f["locations"][:3],
+             "code": f["source"].get(f["locations"][0], "") if f["locations"] else ""}
+            for f in tracking.fallback_ops()]
+    return Table("neuron fallbacks (newest first)", rows, ["op", "reason", "count", "where", "code"],
+                 note="" if rows else "no op fell back to the host")
+
+
+def region_table() -> Table:
+    rows = [{"id": r["id"], "ops": r["ops"], "hits": r["hits"], "status": r["status"],
+             "per_op_us": r["per_op_us"], "fused_us": r["fused_us"], "compile_s": r["compile_s"],
+             "first ops": r["first_ops"][:3]} for r in runtime.regions()]
+    s = runtime.stats()
+    return Table("neuron region cache", rows, note=(
+        f"{s['regions']} regions, hit rate {s['hit_rate']:.1%}, fused share {s['fused_share']:.1%},"
+        f" compiles pending {s['compiles_pending']}, failed {s['compiles_failed']}"))
+
+
+@magics_class
+class NeuronMagics(Magics):
+    @line_magic
+    def neuron(self, line: str = ""):
+        """Status: device, executor, mode, memory, region cache."""
+        s = runtime.stats()
+        rows = [{"item": k, "value": v} for k, v in (
+            ("device", "neuron:0 (emulated Trainium2)"), ("executor", executor.executor_name()),
+            ("mode", runtime.get_mode()),
+            ("memory", f"{_fmt_bytes(memory.memory_allocated())} allocated, "
+                       f"{_fmt_bytes(memory.max_memory_allocated())} peak of "
+                       f"{_fmt_bytes(memory.capacity())}"),
+            ("ops", tracking.counters()["ops"]), ("fallbacks", len(tracking.fallback_ops())),
+            ("regions", f"{s['regions']} (hit rate {s['hit_rate']:.1%})"),
+            ("fused share", f"{s['fused_share']:.1%}"),
+            ("compiles", f"{s['compiles_done']} done, {s['compiles_pending']} pending, "
+                         f"{s['compiles_failed']} failed"))]
+        return Table("neuron", rows, ["item", "value"])
+
+    @magic_arguments()
+    @argument("mode", choices=("eager", "adaptive"), help="execution mode for the device")
+    @line_magic
+    def neuron_mode(self, line: str = ""):
+        """Switch between per-op (eager) and adaptive execution."""
+        args = parse_argstring(self.neuron_mode, line)
+        runtime.set_mode(args.mode)
+        return Text(f"neuron mode: {runtime.get_mode()}")
+
+    @magic_arguments()
+    @argument("--top", type=int, default=10, help="how many ops to list (by count)")
+    @argument("--export", default=None, help="directory for the Chrome trace and launch tables")
+    @argument("statement", nargs="*", help="statement to profile (line magic)")
+    @line_cell_magic
+    def neuron_profile(self, line: str = "", cell: str | None = None):
+        """Profile a statement or cell: top ops, launches, compile time, fallbacks, peak memory."""
+        args = parse_argstring(self.neuron_profile, line)
+        code = cell if cell is not None else " ".join(args.statement)
+        before = tracking.executed_ops()
+        fb_before = {(f["op"], f["reason"]): f["count"] for f in tracking.fallback_ops()}
+        rs0 = runtime.stats()
+        memory.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        with _profile(args.export or "neuron_profile", trace=bool(args.export),
+                      tables=bool(args.export)) as prof:
+            self.shell.run_cell(code, store_history=False)
+        wall = time.perf_counter() - t0
+        after = tracking.executed_ops()
+        rs1 = runtime.stats()
+        ops = sorted(((k, v - before.get(k, 0)) for k, v in after.items()
+                      if v - before.get(k, 0) > 0), key=lambda kv: -kv[1])[: args.top]
+        rows = [{"op": k, "count": v} for k, v in ops]
+        fbs = [f for f in tracking.fallback_ops()
+               if f["count"] > fb_before.get((f["op"], f["reason"]), 0)]
+        note = (f"wall {wall * 1e3:.1f} ms; launches {len(prof.launches)} "
+                f"(fused {rs1['launches_fused'] - rs0['launches_fused']}); compile "
+                f"{rs1['compile_seconds'] - rs0['compile_seconds']:.2f} s; peak memory "
+                f"{_fmt_bytes(memory.max_memory_allocated())}; fallbacks: "
+                + ("; ".join(f"{f['op']} at {', '.join(f['locations'][:2])}" for f in fbs) or "none"))
+        if args.export:
+            note += f"; trace: {prof.trace_path}; launches: {prof.launches_path}"
+        return Table("neuron profile: top ops", rows, ["op", "count"], note=note)
+
+    @line_magic
+    def neuron_memory(self, line: str = ""):
+        """Device memory summary (like torch.cuda.memory_summary)."""
+        return Text(memory.memory_summary())
+
+    @line_magic
+    def neuron_fallbacks(self, line: str = ""):
+        """Ops that fell back to the host, with the source line that issued them."""
+        return fallback_table()
+
+    @line_magic
+    def neuron_regions(self, line: str = ""):
+        """The adaptive runtime's region cache."""
+        return region_table()
+
+    @magic_arguments()
+    @argument("--cache", action="store_true", help="also forget cached regions")
+    @line_magic
+    def neuron_reset(self, line: str = ""):
+        """Clear op tracking, per-cell records and the memory peak."""
+        args = parse_argstring(self.neuron_reset, line)
+        tracking.clear_op_tracking()
+        store.clear()
+        memory.reset_peak_memory_stats()
+        if args.cache:
+            runtime.reset()
+        return Text("neuron: tracking reset" + (" (and region cache)" if args.cache else ""))

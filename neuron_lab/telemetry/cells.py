@@ -1,0 +1,78 @@
+"""Per-cell (or per-block) records: what one notebook cell did on the device.
+
+``CellTracker.start(cell_id)`` snapshots the counters and resets the memory peak;
+``end()`` flushes the adaptive queue (so the cell's queued work is attributed to it, and the
+re-run of a cell meets a cache boundary at the same place) and returns the deltas: wall time,
+device time (host seconds spent in launches), ops, launches, fused share, compiles, fallbacks,
+peak memory. ``live()`` gives the running cell's figures for the side panel.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import runtime
+from ..device import memory, tracking
+from .store import store
+
+
+def _counters() -> dict:
+    rs = runtime.stats()
+    c = tracking.counters()
+    return {"ops": c["ops"], "fallbacks": c["fallbacks"], "syncs": c["sync_total"],
+            "launches": rs["launches_per_op"] + rs["launches_fused"],
+            "launches_fused": rs["launches_fused"], "ops_fused": rs["ops_fused"],
+            "ops_per_op": rs["ops_per_op"], "compiles": rs["compiles_queued"],
+            "launch_s": store.launch_seconds}
+
+
+class CellTracker:
+    def __init__(self) -> None:
+        self.cell_id: str | None = None
+        self.started = 0.0
+        self.base: dict = {}
+        self.count = 0
+
+    @property
+    def running(self) -> bool:
+        return self.cell_id is not None
+
+    def start(self, cell_id: str | None) -> None:
+        self.cell_id = cell_id or f"cell-{self.count + 1}"
+        self.started = time.time()
+        memory.reset_peak_memory_stats()
+        self.base = _counters()
+
+    def _delta(self) -> dict:
+        now = _counters()
+        d = {k: now[k] - self.base.get(k, 0) for k in now}
+        fused, per_op = d["ops_fused"], d["ops_per_op"]
+        d["fused_share"] = fused / (fused + per_op) if fused + per_op else 0.0
+        return d
+
+    def live(self) -> dict:
+        if not self.running:
+            return {"cell_id": None, "elapsed_s": 0.0, "ops": 0, "ops_per_s": 0.0, "launches": 0,
+                    "fused_share": 0.0, "compile_queue": runtime.stats()["compiles_pending"]}
+        d = self._delta()
+        el = time.time() - self.started
+        return {"cell_id": self.cell_id, "elapsed_s": el, "ops": d["ops"],
+                "ops_per_s": d["ops"] / el if el > 0 else 0.0, "launches": d["launches"],
+                "fused_share": d["fused_share"], "compile_queue": runtime.stats()["compiles_pending"]}
+
+    def end(self) -> dict | None:
+        if not self.running:
+            return None
+        runtime.sync("cell-end")
+        d = self._delta()
+        self.count += 1
+        rec = {"cell_id": self.cell_id, "index": self.count, "started": self.started,
+               "wall_s": time.time() - self.started, "device_s": d["launch_s"], "ops": d["ops"],
+               "launches": d["launches"], "fused_share": d["fused_share"],
+               "compiles": d["compiles"], "fallbacks": d["fallbacks"],
+               "peak_bytes": memory.max_memory_allocated()}
+        store.add_cell(rec)
+        self.cell_id = None
+        return rec
+
+
+cells = CellTracker()

@@ -1,0 +1,64 @@
+"""``metrics()`` (a JSON-safe snapshot) and ``metrics_report()`` (text, like torch_xla's)."""
+from __future__ import annotations
+
+from .. import runtime
+from ..device import executor, memory, tracking
+from .store import store
+
+
+def memory_now() -> dict:
+    with store.lock:
+        timeline = [[round(s["t"] - store.t0, 3), s["allocated"]] for s in store.memory]
+    return {"allocated": memory.memory_allocated(), "reserved": memory.memory_reserved(),
+            "peak": memory.max_memory_allocated(), "capacity": memory.capacity(),
+            "timeline": timeline}
+
+
+def metrics() -> dict:
+    """Everything the views show, as plain JSON types."""
+    with store.lock:
+        cells = list(store.cells)
+        compiles = list(store.compiles)[-20:]
+        launches = len(store.launches)
+    return {"device": "neuron:0", "executor": executor.executor_name(),
+            "mode": runtime.get_mode(), "counters": tracking.counters(),
+            "executed_ops": tracking.executed_ops(), "runtime": runtime.stats(),
+            "regions": runtime.regions(), "memory": memory_now(),
+            "fallbacks": tracking.fallback_ops(), "cells": cells,
+            "compiles": compiles, "launch_records": launches}
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def metrics_report() -> str:
+    m = metrics()
+    c, r, mem = m["counters"], m["runtime"], m["memory"]
+    lines = [f"neuron_lab metrics (device neuron:0 on {m['executor']}, mode {m['mode']})",
+             f"Metric: Ops\n  TotalOps: {c['ops']}\n  DistinctOps: {c['distinct_ops']}",
+             f"Metric: Launches\n  PerOp: {r['launches_per_op']}\n  Fused: {r['launches_fused']}"
+             f"\n  FusedShareOfOps: {r['fused_share']:.1%}",
+             f"Metric: RegionCache\n  Regions: {r['regions']}\n  Hits: {r['hits']}\n"
+             f"  Misses: {r['misses']}\n  HitRate: {r['hit_rate']:.1%}\n  Evictions: {r['evictions']}",
+             f"Metric: Compiles\n  Queued: {r['compiles_queued']}\n  Done: {r['compiles_done']}\n"
+             f"  Failed: {r['compiles_failed']}\n  Slower: {r['compiles_slower']}\n"
+             f"  Pending: {r['compiles_pending']}\n  Seconds: {r['compile_seconds']:.2f}",
+             "Metric: SyncPoints\n" + "".join(f"  {k}: {v}\n" for k, v in sorted(c["syncs"].items()))
+             + f"  Total: {c['sync_total']}",
+             f"Metric: Transfers\n  HostToDevice: {_fmt_bytes(c['h2d_bytes'])} ({c['h2d_count']})\n"
+             f"  DeviceToHost: {_fmt_bytes(c['d2h_bytes'])} ({c['d2h_count']})",
+             f"Metric: Memory\n  Allocated: {_fmt_bytes(mem['allocated'])}\n"
+             f"  Peak: {_fmt_bytes(mem['peak'])}\n  Reserved: {_fmt_bytes(mem['reserved'])}\n"
+             f"  Capacity: {_fmt_bytes(mem['capacity'])}"]
+    fb = m["fallbacks"]
+    lines.append("Fallbacks:" + ("".join(
+        f"\n  {f['op']} x{f['count']}: {f['reason']} at {', '.join(f['locations'][:3])}"
+        for f in fb) if fb else " none"))
+    top = sorted(m["executed_ops"].items(), key=lambda kv: -kv[1])[:10]
+    lines.append("Top ops:" + "".join(f"\n  {k}: {v}" for k, v in top))
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""The telemetry store: what happened on the device, kept for the views and exporters.
+
+It subscribes to the device/runtime event bus (``neuron_lab.device.events``) and keeps bounded
+records — launches, compiles, sync points, fallbacks, transfers, memory samples, per-cell
+records — behind one lock. Per-op counts are *not* events: they are read from the device's
+counters when a snapshot is taken, so telemetry adds no per-op work.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from ..device import events, memory
+
+LAUNCHES_KEPT = 4096
+SAMPLES_KEPT = 600
+CELLS_KEPT = 200
+
+
+class Store:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.launches: deque = deque(maxlen=LAUNCHES_KEPT)
+        self.compiles: deque = deque(maxlen=512)
+        self.memory: deque = deque(maxlen=SAMPLES_KEPT)
+        self.cells: deque = deque(maxlen=CELLS_KEPT)
+        self.oom: deque = deque(maxlen=64)
+        self.launch_seconds = 0.0
+        self.fallback_seq = 0         # bumps on every fallback event (views push on change)
+        self.t0 = time.time()
+        self._unsubscribe = None
+
+    # --- bus ------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._unsubscribe is None:
+            self._unsubscribe = events.subscribe(self._on_event)
+
+    def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_event(self, kind: str, p: dict[str, Any]) -> None:
+        now = time.time()
+        with self.lock:
+            if kind == events.LAUNCH:
+                self.launches.append({"t": now, **p})
+                self.launch_seconds += p.get("seconds", 0.0)
+            elif kind == events.COMPILE:
+                self.compiles.append({"t": now, **p})
+            elif kind == events.FALLBACK:
+                self.fallback_seq += 1
+            elif kind == events.OOM:
+                self.oom.append({"t": now, **p})
+
+    # --- memory ---------------------------------------------------------------------------
+    def sample_memory(self) -> dict:
+        s = {"t": time.time(), "allocated": memory.memory_allocated(),
+             "reserved": memory.memory_reserved(), "peak": memory.max_memory_allocated(),
+             "capacity": memory.capacity()}
+        with self.lock:
+            self.memory.append(s)
+        return s
+
+    def add_cell(self, record: dict) -> None:
+        with self.lock:
+            self.cells.append(record)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.launches.clear()
+            self.compiles.clear()
+            self.memory.clear()
+            self.cells.clear()
+            self.oom.clear()
+            self.launch_seconds = 0.0
+
+
+store = Store()
+store.start()

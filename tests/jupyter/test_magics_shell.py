@@ -1,0 +1,68 @@
+"""Magics in a real IPython shell: each output carries real values."""
+import pytest
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+
+import neuron_lab
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "neuron_lab")
+    yield shell
+    shell.run_line_magic("unload_ext", "neuron_lab")
+
+
+def run(ip, code):
+    r = ip.run_cell(code)
+    r.raise_error()
+    return r.result
+
+
+def test_status_and_mode(ip):
+    assert "neuron:0" in repr(ip.run_line_magic("neuron", ""))
+    assert "eager" in repr(ip.run_line_magic("neuron_mode", "eager"))
+    assert neuron_lab.get_mode() == "eager"
+    ip.run_line_magic("neuron_mode", "adaptive")
+    assert neuron_lab.get_mode() == "adaptive"
+
+
+def test_memory_and_fallbacks_show_bytes_and_source_line(ip):
+    run(ip, "import torch\nneuron_lab_x = torch.empty(1024, device='neuron')")
+    assert "Allocated memory" in repr(ip.run_line_magic("neuron_memory", ""))
+    assert torch.neuron.memory_allocated() >= 4096
+    ip.run_line_magic("neuron_reset", "")
+    run(ip, "neuron_lab_y = torch.ones(3, device='neuron', dtype=torch.float64).sum()")
+    table = ip.run_line_magic("neuron_fallbacks", "")
+    text, html = repr(table), table._repr_html_()
+    assert "aten::sum" in text and "float64" in text
+    assert "neuron_lab_y = torch.ones(3" in text and "<table>" in html
+    assert any(":1" in loc for row in table.rows for loc in row["where"])
+
+
+def test_profile_cell_and_regions(ip, tmp_path):
+    out = ip.run_cell_magic("neuron_profile", f"--top 5 --export {tmp_path}",
+                            "x = torch.ones(64, device='neuron')\nfor _ in range(4):\n"
+                            "    (x * 2 + 1).sum().item()\n")
+    text = repr(out)
+    assert "aten::mul.Tensor" in text and "launches" in text and "trace:" in text
+    assert (tmp_path / "trace.json").exists()
+    assert "neuron region cache" in repr(ip.run_line_magic("neuron_regions", ""))
+
+
+def test_per_cell_records(ip):
+    from neuron_lab.telemetry import store
+    n = len(store.cells)
+    run(ip, "z = (torch.ones(128, device='neuron') * 3).sum().item()")
+    rec = store.cells[-1]
+    assert len(store.cells) == n + 1 and rec["ops"] >= 3 and rec["wall_s"] > 0
+    assert rec["peak_bytes"] >= 512
+
+
+def test_unload_is_symmetric():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("unload_ext", "neuron_lab")
+    assert "neuron" not in shell.magics_manager.magics["line"]
+    shell.run_line_magic("load_ext", "neuron_lab")
+    assert "neuron" in shell.magics_manager.magics["line"]
