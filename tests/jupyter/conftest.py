@@ -1,0 +1,25 @@
+"""A real kernel started from this interpreter (throwaway kernelspec pointing at sys.executable)."""
+import json
+import sys
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    spec = tmp_path / "kernels" / "neuron-lab-test"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "neuron_lab test", "language": "python"}))
+    km = KernelManager(kernel_name="neuron-lab-test",
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    yield kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
