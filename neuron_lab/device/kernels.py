@@ -125,10 +125,18 @@ def _out_dtype(kwargs) -> list:
     return [dt] if dt is not None else []
 
 
+def bool_indexing(f: OpFacts, args) -> bool:
+    """``x[mask]``: ``aten::index`` with a boolean index has a data-dependent output shape."""
+    return f.base == "index" and len(args) > 1 and any(
+        isinstance(i, Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+
+
 def execute(f: OpFacts, args, kwargs):
     """Run one op now, on the host executor (the eager path)."""
     found: list = []
     hargs, hkwargs = unwrap(f, args, kwargs, found)
+    if f.base == "index" and bool_indexing(f, args):
+        tracking.record_sync("data-dependent")
     if f.data_dependent:
         tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
     if f.random or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
@@ -160,7 +168,10 @@ def wrap_result(f: OpFacts, out, args, kwargs):
     if f.has_device_kw and kwargs:
         dev = kwargs.get("device")
         if dev is not None and torch.device(dev).type != _NEURON:
-            return out                         # e.g. _to_copy(..., device='cpu'): a host result
+            if isinstance(out, Tensor):        # e.g. _to_copy(..., device='cpu'): a host read
+                tracking.record_sync("cpu")
+                tracking.record_transfer("d2h", out.numel() * out.element_size())
+            return out
     t = type(out)
     if t is Tensor:
         if not (f.ret_alias[0] and f.ret_alias[0][1]):

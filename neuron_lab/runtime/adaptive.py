@@ -63,7 +63,8 @@ class Engine:
             if self.records:
                 self.flush("mode")
             return _execute(f, args, kwargs)
-        if f.random or f.data_dependent or not policy.queueable(f):
+        if f.random or f.data_dependent or not policy.queueable(f) or \
+                (f.base == "index" and kernels.bool_indexing(f, args)):
             if self.records:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)

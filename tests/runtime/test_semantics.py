@@ -109,3 +109,10 @@ def test_oom_while_deferring_raises_at_the_op_and_keeps_tensors(compile_off):
         neuron_lab.sync()
     assert x.sum().item() == 1024.0                # every existing tensor still valid
     assert (x * 3).sum().item() == 3072.0          # and usable
+
+
+def test_boolean_indexing_is_never_deferred(compile_off):
+    x = torch.arange(8.0, device="neuron")
+    for t in (3.0, 3.0, 3.0, 5.0):          # same keys, different data-dependent sizes
+        y = (x * 1)[x > t]
+        assert y.shape == ((x > t).sum().item(),)
