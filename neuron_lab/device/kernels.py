@@ -229,3 +229,18 @@ def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
     else:
         dst.resize_(src.shape)
     return copy_from(src, dst)
+
+
+def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride=None) -> Tensor:
+    """``aten::set_`` onto a *storage*: the host storage behind a neuron storage is ``_h``.
+    Reached by ``torch.load(..., map_location='neuron')`` (``_rebuild_tensor``)."""
+    src = getattr(source, "_untyped_storage", source)
+    hs = getattr(src, "_h", None)
+    if src.device.type != _NEURON or hs is None:
+        raise RuntimeError(f"neuron: set_ needs a storage on neuron:0, got one on {src.device}")
+    if size is None:
+        size, stride = (hs.nbytes() // self.element_size(),), (1,)
+    h = torch.empty(0, dtype=self.dtype, device=hs.device).set_(hs, storage_offset, size, stride)
+    shell.restride(self, h)
+    tracking.executed["aten::set_"] += 1
+    return self

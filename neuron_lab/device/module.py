@@ -115,3 +115,17 @@ reset_peak_memory_stats = memory.reset_peak_memory_stats
 reset_accumulated_memory_stats = memory.reset_accumulated_memory_stats
 empty_cache = memory.empty_cache
 mem_get_info = memory.mem_get_info
+
+
+class device:
+    """``with torch.neuron.device(i):`` — selects the (only) neuron device; PyTorch's storage
+    and serialization code enters it when moving data to ``neuron``."""
+
+    def __init__(self, device) -> None:
+        self.idx = _check_index(device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False

@@ -13,6 +13,8 @@ narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls Py
 3. ``tensor.data = other`` swaps the TensorImpl's storage in C++ without a kernel call; the
    setter also refreshes the host view cached on the Python object.
 4. ``repr`` of a neuron tensor is a sync point and is counted as such.
+5. ``torch.load(map_location='neuron')``: restoring a storage onto the device (see
+   ``_patch_serialization``) and ``set_`` onto a neuron storage (``kernels.set_storage``).
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class _Guard(torch._C._acc.DeviceGuard):
 def _kernel(op):
     f = facts(op)
     execute = kernels.execute
+    if f.base == "set_" and "Storage" in f.name:
+        return kernels.set_storage
 
     def kernel(*args, **kwargs):
         launch = kernels.launcher
@@ -161,6 +165,25 @@ def _patch_tensor() -> None:
     T.__repr__ = __repr__
 
 
+def _patch_serialization() -> None:
+    """``torch.load(map_location='neuron')`` restores CPU storages onto the device: PyTorch's own
+    path copies bytes into a device storage in C++, which has no bytes here. This restore
+    function gives it a neuron storage backed by a host copy instead."""
+    from . import shell
+
+    def restore(obj, location):
+        if not str(location).startswith("neuron"):
+            return None
+        dev = torch.device(location)
+        if dev.index not in (None, 0):
+            raise kernels.bad_index(dev)
+        t = torch.empty(obj.nbytes(), dtype=torch.uint8, device="neuron")
+        shell.host(t).untyped_storage().copy_(obj)
+        return t.untyped_storage()
+
+    torch.serialization.register_package(5, lambda obj: None, restore)
+
+
 def register() -> None:
     """Register ``neuron`` (idempotent). Raises if another backend owns PrivateUse1."""
     global _registered
@@ -176,4 +199,5 @@ def register() -> None:
     autocast.register()
     _patch_accelerator()
     _patch_tensor()
+    _patch_serialization()
     _registered = True
