@@ -54,6 +54,17 @@ def _run(op, sample, dev, grad):
     return [t.detach().cpu() for t in outs], [t.cpu() for t in grads]
 
 
+def _compare(expected: list, got: list, exact: bool) -> str:
+    """'' if ``got`` matches ``expected`` (bitwise when ``exact``), else the first reason."""
+    try:
+        for a, b in zip(expected, got, strict=True):
+            torch.testing.assert_close(b, a, rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6,
+                                       equal_nan=True)
+    except Exception as e:  # noqa: BLE001
+        return str(e).splitlines()[0][:160]
+    return ""
+
+
 def check(op, mode: str = "eager") -> dict:
     """One op variant: {'name', 'forward': pass|fail|skip, 'backward': ..., 'reason'}."""
     name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
@@ -86,20 +97,14 @@ def check(op, mode: str = "eager") -> dict:
             except Exception as e:  # noqa: BLE001
                 fwd_ok, res["reason"] = False, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 break
-            try:
-                for a, b in zip(c_out, n_out, strict=True):
-                    torch.testing.assert_close(b, a, rtol=0 if exact else 1e-5,
-                                               atol=0 if exact else 1e-6, equal_nan=True)
-            except Exception as e:  # noqa: BLE001
-                fwd_ok, res["reason"] = False, f"mismatch: {str(e).splitlines()[0][:160]}"
+            why = _compare(c_out, n_out, exact)
+            if why:
+                fwd_ok, res["reason"] = False, f"mismatch: {why}"
                 break
-            try:
-                for a, b in zip(c_grad, n_grad, strict=True):
-                    torch.testing.assert_close(b, a, rtol=0 if exact else 1e-5,
-                                               atol=0 if exact else 1e-6, equal_nan=True)
-            except Exception as e:  # noqa: BLE001
+            why = _compare(c_grad, n_grad, exact)
+            if why:
                 bwd_ok = False
-                res["reason"] = res["reason"] or f"grad: {str(e).splitlines()[0][:160]}"
+                res["reason"] = res["reason"] or f"grad: {why}"
     res["forward"] = "pass" if fwd_ok else "fail"
     res["backward"] = ("pass" if bwd_ok and fwd_ok else "fail") if grad else "skip"
     return res
