@@ -47,7 +47,7 @@ def profile(*args, **kwargs):
 
 def dashboard(*args, **kwargs):
     """ipywidgets dashboard (memory, cells, fallbacks, regions) that updates live."""
-    from .jupyter import dashboard as _dashboard
+    from .jupyter.dashboard import dashboard as _dashboard
     return _dashboard(*args, **kwargs)
 
 
