@@ -28,22 +28,20 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(ROOT.glob("tutorials/*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb"))
 
-DEFAULT_BUDGET_S = 120
+DEFAULT_BUDGET_S = 150   # a hang guard sized for a busy 2-core machine; typical times in docs/tutorials.md
 # Per-notebook wall-clock budgets (seconds), for the ones that need more than the default.
 BUDGET_S: dict[str, int] = {
     "notebooks/benchmarks.ipynb": 300,
     "notebooks/eager_vs_adaptive.ipynb": 180,
+    "tutorials/05_char_transformer.ipynb": 240,
 }
-# Notebooks whose dependencies have not landed yet: name -> reason (xfail, strict=False).
-# Remove an entry as soon as the feature it waits for exists.
-_MAGICS = "waits for issue 4: %load_ext neuron_lab and the %neuron magics"
+# Notebooks waiting for a feature or a fix elsewhere: name -> reason (xfail, strict=False).
+# Remove an entry as soon as what it waits for has landed.
 PENDING: dict[str, str] = {
-    "tutorials/01_getting_started.ipynb": _MAGICS,
-    "tutorials/02_adaptive_eager.ipynb": _MAGICS + " (%neuron_regions)",
-    "tutorials/03_fallbacks.ipynb": _MAGICS + " (%neuron_fallbacks, neuron_lab.metrics())",
-    "tutorials/04_device_memory.ipynb": _MAGICS + " (%neuron_memory)",
-    "tutorials/05_char_transformer.ipynb": _MAGICS + " (per-cell records in neuron_lab.metrics())",
-    "tutorials/06_profiling.ipynb": _MAGICS + " (%%neuron_profile, neuron_lab.profile())",
+    "tutorials/03_fallbacks.ipynb": (
+        "device bug: with set_fallback('error') the float64 TypeError raised inside a binary "
+        "operator (a - b) is turned into NotImplemented by torch's operator wrapper, so the user "
+        "sees 'unsupported operand type(s)' instead of the message with the fix"),
 }
 # Notebooks too slow for the default run (``pytest -m slow``).
 SLOW: set[str] = set()
