@@ -35,6 +35,12 @@ class DeviceMismatch(RuntimeError):
     pass
 
 
+class UnsupportedDtypeError(RuntimeError):
+    """A Trainium-unsupported dtype under ``set_fallback("error")``. A RuntimeError, not a
+    TypeError: Python's binary operators turn a TypeError from ``Tensor.__add__`` into
+    "unsupported operand type(s)", which would hide this message."""
+
+
 def _mismatch(f: OpFacts, t: Tensor) -> RuntimeError:
     return DeviceMismatch(
         f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -106,7 +112,7 @@ def _policy(f: OpFacts, dts) -> None:
             mode = config.FALLBACK.get()
             if mode == "error":
                 loc, _ = tracking.user_location(4)
-                raise TypeError(
+                raise UnsupportedDtypeError(
                     f"neuron: {f.name} on {str(dt).replace('torch.', '')} is not supported on "
                     f"device neuron:0 (Trainium has no {str(dt).replace('torch.', '')}), at {loc}. "
                     f"Fix: {dtypes.fix_for(dt)}, or neuron_lab.set_fallback('host') to run it on "

@@ -34,12 +34,15 @@ def test_float64_falls_back_with_source_line():
 
 def test_error_policy_names_op_device_and_fix():
     x = torch.ones(3, device="neuron")
+    d = torch.ones(3, device="neuron", dtype=torch.float64)
     with config.FALLBACK.scoped("error"):
-        with pytest.raises(TypeError) as e:
+        with pytest.raises(RuntimeError) as e:
             x.double()
         msg = str(e.value)
         assert "neuron:0" in msg and "float64" in msg and ".float()" in msg
         assert torch.equal(x.cpu(), torch.ones(3))     # untouched
+        with pytest.raises(RuntimeError, match="aten::add"):
+            x + d                                       # through a binary operator too
 
 
 def test_warn_policy_warns_once_per_location():
