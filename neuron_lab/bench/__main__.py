@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", metavar="W1,W2", help=f"workloads to run (of {','.join(WORKLOADS)})")
     ap.add_argument("--peers", metavar="P1,P2", help=f"peers to run (of {','.join(ORDER)})")
     ap.add_argument("--cold", action="store_true", help="run with an empty temporary inductor cache")
+    ap.add_argument("--threads", type=int, default=0, metavar="N",
+                    help="torch.set_num_threads(N) first (0: torch's default). On a shared machine "
+                         "use 1: OpenMP regions stall when a sibling thread is descheduled")
     a = ap.parse_args(argv)
     if a.cold:
         return _cold(argv)
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from . import harness, peers, report
     from .micro import copy_bandwidth
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     cfg = harness.Config.make(a.quick)
     cache = _cache_state()

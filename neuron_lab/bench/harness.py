@@ -8,8 +8,8 @@ Methodology (the same for every workload and peer):
   wait for its background compiles, warm up again so the policy finishes its fused-vs-per-op
   trials, and repeat while new compiles were queued.
 - **Samples.** The per-iteration time estimated during warm-up sizes each sample to about
-  ``cfg.sample_s`` seconds (``inner`` iterations); ``cfg.repeats`` samples are taken and the
-  median is reported. Every sample is kept in the JSON. The Python GC is paused inside a sample
+  ``cfg.sample_s`` seconds (``inner`` iterations); ``cfg.repeats`` samples are taken (fewer, but
+  at least 3, when that would exceed ``cfg.sampling_budget_s``) and the median is reported. Every sample is kept in the JSON. The Python GC is paused inside a sample
   (as ``timeit`` does) and collected between samples.
 - **Every iteration ends at a sync** chosen by the workload (``.item()``, ``peer.sync()``), so
   asynchronous peers are timed for finished work, not for queued work.
@@ -39,12 +39,17 @@ class Config:
     warm_s: float = 1.0
     sample_s: float = 0.25
     repeats: int = 9
-    compile_timeout_s: float = 300.0
+    compile_timeout_s: float = 300.0   # per wait for the adaptive runtime's background compiles
+    settle_rounds: int = 4             # wait + warm rounds while new compiles keep being queued
+    sampling_budget_s: float = 20.0    # a very slow peer takes fewer samples (never under 3)
+    fresh_budget_s: float = 120.0      # W4's N-step run stops here and extrapolates (recorded)
+    fresh_steps: int = 200
 
     @classmethod
     def make(cls, quick: bool) -> "Config":
         if quick:
-            return cls(quick=True, warm_s=0.25, sample_s=0.05, repeats=7, compile_timeout_s=120.0)
+            return cls(quick=True, warm_s=0.25, sample_s=0.05, repeats=7, compile_timeout_s=15.0,
+                       settle_rounds=1, sampling_budget_s=3.0, fresh_budget_s=15.0, fresh_steps=10)
         return cls()
 
 
@@ -109,8 +114,9 @@ def sample(fn: Callable[[], Any], per_iter: float, cfg: Config, end=None) -> lis
     """``cfg.repeats`` samples of seconds/iteration, each about ``cfg.sample_s`` long; ``end``
     (e.g. the peer's sync) runs inside the timed window after the last iteration."""
     inner = max(1, min(100_000, math.ceil(cfg.sample_s / max(per_iter, 1e-9))))
+    repeats = max(min(3, cfg.repeats), min(cfg.repeats, int(cfg.sampling_budget_s / (inner * per_iter))))
     out = []
-    for _ in range(cfg.repeats):
+    for _ in range(repeats):
         gc.collect()
         gc.disable()
         try:

@@ -1,8 +1,10 @@
 """The models the training workloads run: an MLP (W3, W5) and a tiny GPT (W4), plus one train step.
 
 Both are plain ``nn.Module``s with no dropout and no RNG inside the step, so every peer runs the
-same ops. Attention is written out (matmul, causal ``masked_fill``, softmax) rather than
-``scaled_dot_product_attention``, so no peer gets a special kernel the others lack.
+same ops. Attention is written out (matmul, an additive causal mask, softmax) rather than
+``scaled_dot_product_attention``, so no peer gets a special kernel the others lack Three q/k/v
+projections rather than one fused ``qkv`` split: on torch._lazy (TS backend, torch 2.13) a matmul
+of ``split`` views followed by a broadcasting add raises "Input tensor is not a lazy tensor".
 Inputs are generated once on the host under a fixed seed and moved to the peer's device.
 """
 from __future__ import annotations
@@ -37,17 +39,19 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.proj = nn.Linear(d, d)
         self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
+        causal = torch.full((T, T), float("-inf")).triu(1)      # additive: 0 on and below the diagonal
+        self.register_buffer("causal", causal, persistent=False)
 
     def forward(self, x):
         B, T, C = x.shape
         h = self.heads
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
+        a = self.ln1(x)
+        q, k, v = (p(a).view(B, T, h, C // h).transpose(1, 2) for p in (self.q, self.k, self.v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / (C // h) ** 0.5)
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        att = (att + self.causal[:T, :T]).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))

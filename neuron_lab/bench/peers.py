@@ -21,6 +21,7 @@ peer's cores); ``unavailable`` (skip reason when the peer cannot run here).
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -86,18 +87,23 @@ class NeuronAdaptive(NeuronEager):
         runtime.wait_compiles(None)
         runtime.reset()             # each workload starts from an empty region cache
         self._compile_s0 = runtime.stats()["compile_seconds"]   # the worker's total is per process
+        self.settle_info = None
         with neuron_lab.mode("adaptive"):
             yield
 
     def settle(self, warm, cfg):
         from neuron_lab import runtime
-        per = None
-        for _ in range(4):
+        per, t0 = None, time.perf_counter()
+        info = self.settle_info = {"rounds": 0, "drained": True}
+        for _ in range(cfg.settle_rounds):
             queued = runtime.stats()["compiles_queued"]
-            runtime.wait_compiles(cfg.compile_timeout_s)
+            info["drained"] = runtime.wait_compiles(cfg.compile_timeout_s) and info["drained"]
             per = warm()
+            info["rounds"] += 1
             if runtime.stats()["compiles_queued"] == queued:
                 break
+        info["seconds"] = time.perf_counter() - t0
+        info["pending_at_measure"] = runtime.stats()["compiles_pending"]
         return per
 
     def cleanup(self, cfg) -> None:
@@ -113,6 +119,7 @@ class NeuronAdaptive(NeuronEager):
                 "compiles_slower", "compiles_pending", "compile_seconds", "regions", "flushes")
         out = {k: s.get(k) for k in keep}
         out["compile_seconds"] = s["compile_seconds"] - getattr(self, "_compile_s0", 0.0)
+        out["settle"] = getattr(self, "settle_info", None)
         regs = runtime.regions()
         out["region_status"] = {}
         for r in regs:

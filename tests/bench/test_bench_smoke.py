@@ -1,0 +1,94 @@
+"""Smoke test of ``python -m neuron_lab.bench``: the CLI runs, writes its JSON and plot, and every
+peer yields a number or a recorded skip reason for every metric. No timing is asserted: the
+numbers depend on the machine and on whatever else runs on it.
+
+The CLI run uses ``--quick`` on a tiny subset (W1 on every peer, W1T, W5) with one torch thread;
+the report/harness checks below use synthetic results and run in milliseconds.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from neuron_lab.bench import WORKLOADS, harness, peers, report
+
+SUBSET = ("W1", "W1T", "W5")
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    js, png = out / "bench.json", out / "bench.png"
+    cmd = [sys.executable, "-m", "neuron_lab.bench", "--quick", "--threads", "1",
+           "--only", ",".join(SUBSET), "--json", str(js), "--plot", str(png)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc, json.loads(js.read_text()), png
+
+
+def test_json_schema(cli_run):
+    _, res, _ = cli_run
+    assert res["schema"] == "neuron_lab.bench/1"
+    for key in ("torch", "cores", "threads", "cpu", "load_before", "load_after"):
+        assert key in res["machine"]
+    assert res["machine"]["threads"] == 1
+    assert res["cache"]["state"] in ("cold", "warm")
+    assert res["copy_bandwidth_GBps"] > 0
+    assert res["peers"] == list(peers.ORDER)
+    assert set(res["workloads"]) == set(SUBSET)
+    for w in res["workloads"].values():
+        assert w["title"] and w["seconds"] >= 0
+        for r in w["ratios"]:
+            assert {"label", "num", "den", "op", "target", "value", "met"} <= set(r)
+
+
+def test_every_peer_has_a_number_or_a_reason(cli_run):
+    _, res, _ = cli_run
+    for key, w in res["workloads"].items():
+        for name, m in w["metrics"].items():
+            assert set(m["peers"]) == set(peers.ORDER), (key, name)
+            for peer, e in m["peers"].items():
+                if "skip" in e:
+                    assert isinstance(e["skip"], str) and e["skip"], (key, name, peer)
+                else:
+                    assert e["samples"] and all(isinstance(s, float) for s in e["samples"])
+                    assert min(e["samples"]) <= e["median"] <= max(e["samples"]), (key, name, peer)
+    w1 = res["workloads"]["W1"]["metrics"]["us_per_op"]["peers"]
+    assert "median" in w1["native"] and "median" in w1["neuron_eager"]
+
+
+def test_table_and_plot(cli_run):
+    proc, res, png = cli_run
+    assert "| W1 |" in proc.stdout and "| target |" in proc.stdout
+    assert png.stat().st_size > 1000
+    assert report.table(res) in proc.stdout
+
+
+def test_driver_records_errors_as_skips():
+    def run(peer, cfg):
+        if peer.name == "native":
+            raise RuntimeError("boom")
+        if peer.name == "compile":
+            raise harness.Skip("not today")
+        return {"t": [1.0, 2.0, 3.0], "extra": {"x": 1}}
+
+    w = harness.Workload("WX", "fake", [harness.Metric("t", "s")], run,
+                         [harness.Ratio("eager/adaptive", ("t", "neuron_eager"), ("t", "neuron_adaptive"), "<=", 1.0)],
+                         peers=("native", "compile", "neuron_eager", "neuron_adaptive"))
+    ps = peers.make(("native", "neuron_eager", "neuron_adaptive", "compile"))
+    res = harness.run_workload(w, ps, harness.Config.make(True), log=lambda s: None)
+    got = res["metrics"]["t"]["peers"]
+    assert got["native"]["skip"].startswith("error: RuntimeError: boom")
+    assert "boom" in res["extra"]["errors"]["native"]
+    assert got["compile"] == {"skip": "not today"}
+    assert got["neuron_eager"]["median"] == 2.0
+    assert res["ratios"][0]["value"] == 1.0 and res["ratios"][0]["met"] is True
+
+
+def test_workload_registry():
+    assert list(WORKLOADS) == ["W1", "W1T", "W2", "W3", "W4", "W5"]
+    for w in WORKLOADS.values():
+        assert w.metrics and all(m.better in ("lower", "higher") for m in w.metrics)
