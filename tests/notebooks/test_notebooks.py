@@ -38,12 +38,7 @@ BUDGET_S: dict[str, int] = {
 }
 # Notebooks waiting for a feature or a fix elsewhere: name -> reason (xfail, strict=False).
 # Remove an entry as soon as what it waits for has landed.
-PENDING: dict[str, str] = {
-    "tutorials/03_fallbacks.ipynb": (
-        "device bug: with set_fallback('error') the float64 TypeError raised inside a binary "
-        "operator (a - b) is turned into NotImplemented by torch's operator wrapper, so the user "
-        "sees 'unsupported operand type(s)' instead of the message with the fix"),
-}
+PENDING: dict[str, str] = {}
 # Notebooks too slow for the default run (``pytest -m slow``).
 SLOW: set[str] = set()
 # Extra environment for a notebook's kernel. The benchmark notebook runs the benchmark itself
