@@ -15,11 +15,17 @@ _state: dict = {}
 
 
 def _pre_run_cell(info) -> None:
+    if cells.running:           # a nested run_cell (``%%neuron_profile`` runs its body): one record
+        _state["depth"] = _state.get("depth", 0) + 1
+        return
     cells.start(getattr(info, "cell_id", None))
     _state["sampler"].start()
 
 
 def _post_run_cell(result) -> None:
+    if _state.get("depth"):
+        _state["depth"] -= 1
+        return
     sampler = _state["sampler"]
     sampler.stop()
     try:

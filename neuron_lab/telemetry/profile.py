@@ -53,9 +53,12 @@ class Profile:
 
 
 @contextlib.contextmanager
-def profile(out_dir: str = "neuron_profile", *, trace: bool = True, tables: bool = True):
-    """Profile the block; writes ``trace.json`` and launch/cell tables under ``out_dir``."""
+def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: bool = True,
+            tables: bool = True):
+    """Profile the block; writes ``trace.json`` and launch/cell tables under ``out_dir``
+    (``path=`` is the same directory, by keyword)."""
     from .. import runtime
+    out_dir = path or out_dir
     os.makedirs(out_dir, exist_ok=True)
     result = Profile(out_dir)
     with store.lock:

@@ -20,12 +20,14 @@ def metrics() -> dict:
         cells = list(store.cells)
         compiles = list(store.compiles)[-20:]
         launches = len(store.launches)
+        fallback_events = list(store.fallback_events)[-50:]
     return {"device": "neuron:0", "executor": executor.executor_name(),
             "mode": runtime.get_mode(), "counters": tracking.counters(),
             "executed_ops": tracking.executed_ops(), "runtime": runtime.stats(),
             "regions": runtime.regions(), "memory": memory_now(),
             "fallbacks": tracking.fallback_ops(), "cells": cells,
-            "compiles": compiles, "launch_records": launches}
+            "compiles": compiles, "launch_records": launches,
+            "fallback_events": fallback_events}
 
 
 def _fmt_bytes(n: float) -> str:

@@ -27,6 +27,8 @@ class Store:
         self.memory: deque = deque(maxlen=SAMPLES_KEPT)
         self.cells: deque = deque(maxlen=CELLS_KEPT)
         self.oom: deque = deque(maxlen=64)
+        self.fallback_events: deque = deque(maxlen=256)   # {t, op, reason, location}
+        self.syncs: dict[str, int] = {}                   # sync points by reason, seen on the bus
         self.launch_seconds = 0.0
         self.fallback_seq = 0         # bumps on every fallback event (views push on change)
         self.t0 = time.time()
@@ -52,6 +54,10 @@ class Store:
                 self.compiles.append({"t": now, **p})
             elif kind == events.FALLBACK:
                 self.fallback_seq += 1
+                self.fallback_events.append({"t": now, **p})
+            elif kind == events.SYNC:
+                r = p.get("reason", "?")
+                self.syncs[r] = self.syncs.get(r, 0) + 1
             elif kind == events.OOM:
                 self.oom.append({"t": now, **p})
 
@@ -75,6 +81,8 @@ class Store:
             self.memory.clear()
             self.cells.clear()
             self.oom.clear()
+            self.fallback_events.clear()
+            self.syncs.clear()
             self.launch_seconds = 0.0
 
 

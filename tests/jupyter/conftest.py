@@ -1,4 +1,8 @@
-"""A real kernel started from this interpreter (throwaway kernelspec pointing at sys.executable)."""
+"""Real kernels started from this interpreter (throwaway kernelspec pointing at sys.executable).
+
+``kernel_manager``: an unstarted KernelManager (nbclient starts it); ``kernel``: a started
+kernel's client for tests that talk to the channels directly.
+"""
 import json
 import sys
 
@@ -8,14 +12,19 @@ from jupyter_client.manager import KernelManager
 
 
 @pytest.fixture
-def kernel(tmp_path):
+def kernel_manager(tmp_path):
     spec = tmp_path / "kernels" / "neuron-lab-test"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "neuron_lab test", "language": "python"}))
-    km = KernelManager(kernel_name="neuron-lab-test",
-                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
+    return KernelManager(kernel_name="neuron-lab-test",
+                         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
+
+
+@pytest.fixture
+def kernel(kernel_manager, tmp_path):
+    km = kernel_manager
     km.start_kernel(cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()

@@ -66,3 +66,15 @@ def test_unload_is_symmetric():
     assert "neuron" not in shell.magics_manager.magics["line"]
     shell.run_line_magic("load_ext", "neuron_lab")
     assert "neuron" in shell.magics_manager.magics["line"]
+
+
+def test_cell_id_keys_the_record_and_a_profiled_cell_is_one_record(ip):
+    from neuron_lab.telemetry import store
+    n = len(store.cells)
+    ip.run_cell("w = torch.ones(8, device='neuron').sum().item()", cell_id="cell-abc")
+    assert store.cells[-1]["cell_id"] == "cell-abc"
+    ip.run_cell("%%neuron_profile\nimport time\nv = torch.ones(8, device='neuron') * 2\n"
+                "time.sleep(0.2)", cell_id="cell-prof")
+    rec = store.cells[-1]
+    assert len(store.cells) == n + 2 and rec["cell_id"] == "cell-prof"   # not the nested run
+    assert rec["wall_s"] >= 0.2 and rec["ops"] >= 2
