@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -136,6 +137,27 @@ def _numel(shape) -> int:
     return n
 
 
+def _fx_patches_stay_in_their_thread() -> None:
+    """FX tracing (inductor's pattern setup, AOTAutograd's make_fx) patches ``nn.Module.__call__``
+    on the class, for every thread, while it traces. A model called on the main thread during a
+    background compile then fails ("module is not installed as a submodule"). Route patched
+    methods to the patched version only in the thread that is tracing."""
+    from torch.fx import _symbolic_trace as st
+    orig = st._Patcher.patch_method
+    if getattr(orig, "_neuron_lab", False):
+        return
+
+    def patch_method(self, cls, name, new_fn, deduplicate=True):
+        owner, real = threading.get_ident(), getattr(cls, name)
+
+        def routed(*a, **k):
+            return new_fn(*a, **k) if threading.get_ident() == owner else real(*a, **k)
+        return orig(self, cls, name, routed, deduplicate)
+
+    patch_method._neuron_lab = True
+    st._Patcher.patch_method = patch_method
+
+
 def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
 
@@ -144,6 +166,7 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     11 us with 1). ``NEURON_LAB_PARALLEL_MIN_NUMEL`` sets the size from which kernels go parallel.
     """
     _persist_cache()
+    _fx_patches_stay_in_their_thread()
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
