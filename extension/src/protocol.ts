@@ -1,0 +1,191 @@
+/**
+ * The comm protocol between the side panel and the kernel, mirrored from
+ * `neuron_lab/jupyter/protocol.py` (the Python side is the source of truth).
+ *
+ * Every message is `{type, v, ...body}`: `type` discriminates one union per direction, `v` is
+ * the protocol version. Change this file together with protocol.py; the test
+ * `tests/e2e/test_protocol_mirror.py` checks that the type names, the version and the rate
+ * limits agree. The panel may send only `FrontendMessage`s: it can never make the kernel run
+ * code (the one exception, `%load_ext neuron_lab`, goes through a normal execute request on
+ * the user's click, not through the comm).
+ */
+
+export const TARGET = 'neuron_lab';
+export const VERSION = 1;
+
+export const DEFAULT_PUSH_HZ = 4.0;
+export const MIN_PUSH_HZ = 0.5;
+export const MAX_PUSH_HZ = 20.0;
+
+// ---- shared records ---------------------------------------------------------------------
+
+/** One fallback row per (op, reason); `locations` are the user's `file:line`, most frequent first. */
+export interface IFallbackRow {
+  op: string;
+  reason: string;
+  count: number;
+  locations: string[];
+  /** location -> the source text of that line (when the kernel could read it). */
+  source?: Record<string, string>;
+  first_seen?: number;
+  last_seen?: number;
+  seq?: number;
+}
+
+/** A finished cell's record. */
+export interface ICellRecord {
+  cell_id: string | null;
+  index?: number;
+  started: number;
+  wall_s: number;
+  device_s: number;
+  ops: number;
+  launches: number;
+  fused_share: number;
+  compiles: number;
+  fallbacks: number;
+  peak_bytes: number;
+}
+
+/** Live timing of the running cell; `cell_id` is null when the kernel is idle. */
+export interface IRunning {
+  cell_id: string | null;
+  elapsed_s: number;
+  ops: number;
+  ops_per_s: number;
+  launches: number;
+  fused_share: number;
+  compile_queue: number;
+}
+
+export interface IMemorySample {
+  t: number;
+  allocated: number;
+  reserved: number;
+  peak: number;
+  capacity: number;
+}
+
+/** Memory in a snapshot: the current figures and `[t_rel_s, allocated]` samples. */
+export interface ISnapshotMemory {
+  allocated: number;
+  reserved: number;
+  peak: number;
+  capacity: number;
+  timeline: [number, number][];
+}
+
+export interface IRegions {
+  count: number;
+  hit_rate: number;
+  hits: number;
+  misses: number;
+  compiles_pending: number;
+  compiles_failed: number;
+  fused_share: number;
+}
+
+export type Counters = Record<string, unknown>;
+
+// ---- kernel -> frontend -----------------------------------------------------------------
+
+interface IEnvelope<T extends string> {
+  type: T;
+  v: number;
+}
+
+export interface IHelloMsg extends IEnvelope<'hello'> {
+  neuron_lab: string;
+  executor: string;
+  mode: string;
+  capacity: number;
+  push_hz: number;
+}
+
+export interface ISnapshotMsg extends IEnvelope<'snapshot'> {
+  memory: ISnapshotMemory;
+  fallbacks: IFallbackRow[];
+  cells: ICellRecord[];
+  running: IRunning;
+  regions: IRegions;
+  counters: Counters;
+}
+
+export interface IMemoryMsg extends IEnvelope<'memory'>, IMemorySample {}
+
+export interface IFallbackMsg extends IEnvelope<'fallback'> {
+  rows: IFallbackRow[];
+}
+
+export interface ICellMsg extends IEnvelope<'cell'> {
+  record: ICellRecord;
+}
+
+export interface IRunningMsg extends IEnvelope<'running'>, IRunning {}
+
+export interface IErrorMsg extends IEnvelope<'error'> {
+  message: string;
+}
+
+export type KernelMessage =
+  | IHelloMsg
+  | ISnapshotMsg
+  | IMemoryMsg
+  | IFallbackMsg
+  | ICellMsg
+  | IRunningMsg
+  | IErrorMsg;
+
+export type KernelMessageType = KernelMessage['type'];
+
+export const KERNEL_TYPES: readonly KernelMessageType[] = [
+  'hello',
+  'snapshot',
+  'memory',
+  'fallback',
+  'cell',
+  'running',
+  'error'
+];
+
+// ---- frontend -> kernel -----------------------------------------------------------------
+
+export interface IRequestMsg extends IEnvelope<'request'> {
+  what: 'snapshot';
+}
+
+export interface ISetRateMsg extends IEnvelope<'set_rate'> {
+  hz: number;
+}
+
+export type FrontendMessage = IRequestMsg | ISetRateMsg;
+
+export type FrontendMessageType = FrontendMessage['type'];
+
+export const FRONTEND_TYPES: readonly FrontendMessageType[] = ['request', 'set_rate'];
+
+// ---- helpers ------------------------------------------------------------------------------
+
+/** Narrow untrusted comm data to a `KernelMessage` (type known, version checked by the caller). */
+export function isKernelMessage(data: unknown): data is KernelMessage {
+  if (typeof data !== 'object' || data === null) {
+    return false;
+  }
+  const t = (data as { type?: unknown }).type;
+  return typeof t === 'string' && (KERNEL_TYPES as readonly string[]).includes(t);
+}
+
+export function requestSnapshot(): IRequestMsg {
+  return { type: 'request', v: VERSION, what: 'snapshot' };
+}
+
+export function setRate(hz: number): ISetRateMsg {
+  return { type: 'set_rate', v: VERSION, hz: clampRate(hz) };
+}
+
+export function clampRate(hz: number): number {
+  if (!Number.isFinite(hz)) {
+    return DEFAULT_PUSH_HZ;
+  }
+  return Math.min(MAX_PUSH_HZ, Math.max(MIN_PUSH_HZ, hz));
+}

@@ -1,0 +1,83 @@
+// @vitest-environment happy-dom
+/** Rendering: what the panel shows for a live kernel, and the not-loaded view's one button. */
+import { describe, expect, it, vi } from 'vitest';
+
+import { applyMessage, emptyState } from '../src/state';
+import { renderPanel } from '../src/widget';
+import { bytes, location, pct, seconds } from '../src/components/format';
+import { cellRecord, fallbackRow, hello, snapshot } from './fakes';
+
+const q = (el: HTMLElement, nl: string) => el.querySelector(`[data-nl="${nl}"]`) as HTMLElement | null;
+const actions = () => ({ load: vi.fn(), refresh: vi.fn() });
+
+describe('renderPanel', () => {
+  it('shows memory, fallbacks with the source line, cells and regions', () => {
+    let s = applyMessage(emptyState('connecting'), hello());
+    s = applyMessage(
+      s,
+      snapshot({
+        fallbacks: [fallbackRow('aten::sum', { count: 2 })],
+        cells: [cellRecord(1, { fallbacks: 2 })]
+      })
+    );
+    const el = renderPanel(s, 'a.ipynb', actions());
+    expect(el.dataset.status).toBe('live');
+    expect(q(el, 'allocated')!.textContent).toBe('4.00 KiB');
+    expect(q(el, 'allocated')!.dataset.bytes).toBe('4096');
+    expect(q(el, 'capacity')!.textContent).toBe('1.00 GiB');
+    const row = q(el, 'fallback-row')!;
+    expect(row.dataset.op).toBe('aten::sum');
+    expect(row.textContent).toContain('float64 is not supported');
+    expect(q(el, 'location')!.textContent).toBe('ipykernel_1/123.py:3');
+    expect(q(el, 'source')!.textContent).toContain('dtype=torch.float64');
+    expect(el.querySelectorAll('[data-nl="cell-row"]')).toHaveLength(1);
+    expect(q(el, 'hit-rate')!.textContent).toBe('50%');
+    expect(q(el, 'hello')!.textContent).toContain('neuron:0 on cpu');
+    expect(el.querySelector('polyline')).not.toBeNull();
+  });
+
+  it('shows the running cell live', () => {
+    let s = applyMessage(emptyState(), snapshot());
+    s = applyMessage(s, { type: 'running', v: 1, cell_id: 'c1', elapsed_s: 1.5, ops: 300, ops_per_s: 200, launches: 30, fused_share: 0.75, compile_queue: 1 });
+    const el = renderPanel(s, 'a.ipynb', actions());
+    expect(q(el, 'status')!.textContent).toBe('running');
+    expect(q(el, 'elapsed')!.textContent).toBe('1.50 s');
+    expect(q(el, 'fused-share')!.textContent).toBe('75%');
+    expect(q(el, 'compile-queue')!.textContent).toBe('1');
+  });
+
+  it('not loaded: explains, and the button asks to load', () => {
+    const a = actions();
+    const el = renderPanel(emptyState('not-loaded'), 'a.ipynb', a);
+    expect(q(el, 'not-loaded')!.textContent).toContain('%load_ext neuron_lab');
+    (q(el, 'load') as HTMLButtonElement).click();
+    expect(a.load).toHaveBeenCalledTimes(1);
+    expect(q(el, 'memory')).toBeNull();
+  });
+
+  it('no notebook: a hint and no button', () => {
+    const el = renderPanel(null, '', actions());
+    expect(q(el, 'placeholder')!.textContent).toContain('Open a notebook');
+    expect(q(el, 'load')).toBeNull();
+  });
+
+  it('user text is never parsed as HTML', () => {
+    const s = applyMessage(emptyState(), snapshot({ fallbacks: [fallbackRow('aten::x', { reason: '<img src=x onerror=alert(1)>' })] }));
+    const el = renderPanel(s, 'a.ipynb', actions());
+    expect(el.querySelector('img')).toBeNull();
+    expect(q(el, 'fallback-row')!.textContent).toContain('<img');
+  });
+});
+
+describe('format', () => {
+  it('formats bytes, shares, durations and locations', () => {
+    expect(bytes(0)).toBe('0 B');
+    expect(bytes(4 << 20)).toBe('4.00 MiB');
+    expect(bytes(NaN)).toBe('–');
+    expect(pct(0.0004)).toBe('<0.1%');
+    expect(pct(0.123)).toBe('12%');
+    expect(seconds(0.0123)).toBe('12 ms');
+    expect(seconds(125)).toBe('2 min 5 s');
+    expect(location('/home/me/project/src/train.py:12')).toBe('…/train.py:12');
+  });
+});
