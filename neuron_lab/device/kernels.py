@@ -1,11 +1,11 @@
 """The device's kernels: one generic PrivateUse1 kernel per ATen op, plus the transfer ops.
 
 Lookup order for an op called on ``neuron`` tensors (the dispatcher's, written down):
-1. a CompositeImplicitAutograd decomposition, if the op has one (we register nothing for those,
-   so autograd and decompositions behave as for any backend);
-2. our kernel, registered for every other ``aten`` op (ops with a backend or
-   CompositeExplicitAutograd kernel) — registering the explicit-composite ones too keeps view ops
-   like ``detach``/``alias`` on our path, so every result gets host data;
+1. a CompositeImplicitAutograd decomposition, if the op has one and CPU has no kernel of its own
+   (we register nothing for those, so autograd and decompositions behave as for any backend);
+2. our kernel, registered for every other ``aten`` op with a CPU, CompositeExplicitAutograd or
+   CompositeExplicitAutogradNonFunctional kernel — registering the composite ones too keeps view
+   ops and ``*_scatter`` on our path, so they run on host data as on CPU;
 3. a boxed PrivateUse1 fallback for anything else (non-aten namespaces), same generic path.
 
 The generic kernel ``execute`` = unwrap (host views of neuron tensors; device checks) ->
@@ -180,6 +180,8 @@ def wrap_result(f: OpFacts, out, args, kwargs):
             return out
     t = type(out)
     if t is Tensor:
+        if f.zero_tensor:   # shells need bytes: C++ shallow copies re-read them from storage
+            out = torch.zeros(out.shape, dtype=out.dtype, device=out.device)
         if not (f.ret_alias[0] and f.ret_alias[0][1]):
             memory.track(out.untyped_storage(), f.name)
         return _wrap_value(f, out, f.ret_alias[0], args, kwargs)

@@ -26,7 +26,8 @@ RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "
 
 class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
-                 "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh")
+                 "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
+                 "zero_tensor")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -54,6 +55,8 @@ class OpFacts:
         # one plain Tensor return that aliases nothing, and no device kwarg to honour
         self.fresh = (self.n_returns == 1 and self.ret_alias[0] is None and not self.has_device_kw
                       and str(schema.returns[0].type) == "Tensor")
+        # autograd's zero gradients: a host ZeroTensor has no bytes behind it (see kernels)
+        self.zero_tensor = self.base == "_efficientzerotensor"
 
     @staticmethod
     def _alias_of(ret, args, pos):

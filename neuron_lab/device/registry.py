@@ -75,6 +75,11 @@ def _overload(qualname: str):
 # the storage, so ``shell.host`` finds its data through the storage.
 NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 
+# An op with any of these kernels gets ours. CompositeExplicitAutogradNonFunctional kernels
+# (``*_scatter``, ``*_copy``, ``diag_embed``...) would otherwise run on the shells themselves and
+# read the shell storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
+BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
 SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.copy_from_and_resize}
 
 
@@ -83,9 +88,14 @@ def _register_kernels() -> int:
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     n = 0
     for qualname in torch._C._dispatch_get_all_op_names():
-        if not qualname.startswith("aten::") or has(qualname, "CompositeImplicitAutograd"):
+        if not qualname.startswith("aten::"):
             continue
-        if not (has(qualname, "CPU") or has(qualname, "CompositeExplicitAutograd")):
+        # A decomposition runs unless CPU has its own kernel (silu_backward, mish_backward):
+        # then CPU's kernel wins on CPU, and ours (running it) must win here, or results and
+        # autograd differ from CPU's.
+        if has(qualname, "CompositeImplicitAutograd") and not has(qualname, "CPU"):
+            continue
+        if not any(has(qualname, k) for k in BACKEND_KEYS):
             continue
         short = qualname[6:]
         base = short.split(".", 1)[0]
