@@ -1,166 +1,226 @@
 """The OpInfo sweep: PyTorch's op database as the oracle for the ``neuron`` device.
 
-For every op variant in ``torch.testing._internal.common_methods_invocations.op_db``: its float32
-sample inputs run on CPU and on ``neuron`` (in ``eager`` or ``adaptive`` mode), outputs compared
-with ``torch.testing.assert_close`` (exact in eager mode: same host kernels); where the op
-supports autograd, the gradients of a sum of the float outputs are compared too. Ops whose
-outputs are random are skipped with that reason (not counted as passes).
+For every op variant (entry) of ``torch.testing._internal.common_methods_invocations.op_db``:
+its float32 samples run on CPU and on ``neuron`` (``samples.pairs``), and the neuron run must
+agree with the CPU run (``compare``): outputs bitwise in eager mode, observable metadata and
+aliasing; gradients against a fixed cotangent where the op supports autograd; the in-place
+variant where there is one. An entry passes a column when every sample passes it.
 
-    python -m neuron_lab.testing.opinfo            # representative subset (what CI runs)
-    python -m neuron_lab.testing.opinfo --full --report docs/opinfo.md --json opinfo.json
+Not counted as passes (``skip`` with the reason): ops whose output is random (they draw from the
+host generator, a comparison would test the seed, not the op), ops whose output is uninitialised
+memory, and entries without float32 support on CPU or without a sample CPU accepts.
+
+    python -m neuron_lab.testing.opinfo                    # representative subset (what CI runs)
+    python -m neuron_lab.testing.opinfo --full --report docs/opinfo.md --json reports/opinfo.json
+    python -m neuron_lab.testing.opinfo --mode adaptive --ops add,mm,cat
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 import neuron_lab
 
-SUBSET = (
-    "abs add addmm amax argmax atan2 baddbmm bmm cat clamp cos cumsum div exp expand flip "
-    "gather gelu index_select layer_norm le lerp log_softmax logsumexp masked_fill matmul max "
-    "mean mm mul nn.functional.conv2d nn.functional.cross_entropy nn.functional.embedding "
-    "nn.functional.linear nn.functional.relu nn.functional.silu nn.functional.softmax "
-    "nn.functional.mse_loss nn.functional.max_pool2d nn.functional.pad permute pow prod "
-    "reciprocal repeat reshape rsqrt scatter_add sigmoid sin softmax sort split sqrt squeeze "
-    "stack std sub sum t tanh topk transpose tril unsqueeze var view where"
-).split()
-MAX_SAMPLES = 4
+from ..device import tracking
+from . import compare, samples
+from .compare import Mismatch, first_line
+
+# ~80 entries covering every kind of op the device must handle: elementwise, broadcasting,
+# reductions, views and aliasing, indexing, scatter/gather, matmuls, convolutions, pooling,
+# norms, losses, sorting, data-dependent shapes, factories, linalg, in-place variants.
+SUBSET = frozenset("""
+    abs add addcmul addmm amax argmax argsort as_strided atan2 baddbmm bmm cat chunk clamp clone
+    contiguous cos cumsum diag_embed diagonal diagonal_scatter div eq exp expand flatten flip
+    full gather index_add index_copy index_fill index_put index_select kthvalue layer_norm lerp
+    linalg.solve linspace log_softmax logsumexp masked_fill masked_select matmul max maximum mean
+    mm mul narrow nn.functional.avg_pool2d nn.functional.batch_norm nn.functional.conv2d
+    nn.functional.cross_entropy nn.functional.embedding nn.functional.gelu
+    nn.functional.group_norm nn.functional.linear nn.functional.max_pool2d
+    nn.functional.mse_loss nn.functional.pad nn.functional.relu nn.functional.silu
+    nn.functional.softmax nn.functional.interpolate nonzero permute pow prod repeat reshape
+    rsqrt scatter scatter_add select_scatter sigmoid softmax sort split sqrt squeeze stack std
+    sub sum t tanh tensor_split topk transpose tril unbind unique unsqueeze var view where
+""".split())
+
+RANDOM = frozenset("""
+    bernoulli cauchy exponential geometric log_normal multinomial normal uniform rand_like randint
+    randint_like randn randn_like pca_lowrank svd_lowrank nn.functional.alpha_dropout
+    nn.functional.dropout nn.functional.dropout2d nn.functional.dropout3d
+    nn.functional.feature_alpha_dropout nn.functional.fractional_max_pool2d
+    nn.functional.fractional_max_pool3d nn.functional.rrelu
+""".split())
+UNINITIALISED = frozenset("empty empty_like empty_permuted empty_strided new_empty "
+                          "new_empty_strided resize_ resize_as_".split())
+COLUMNS = ("forward", "backward", "inplace")
 
 
-def _to(x, dev):
-    return tree_map(lambda t: t.detach().to(dev).requires_grad_(t.requires_grad)
-                    if isinstance(t, torch.Tensor) else t, x)
+def entry_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def _run(op, sample, dev, grad):
-    inp, args, kw = _to((sample.input, sample.args, sample.kwargs), dev)
-    out = op(inp, *args, **kw)
-    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-    grads = []
-    if grad:
-        leaves = [t for t in tree_flatten((inp, args, kw))[0]
-                  if isinstance(t, torch.Tensor) and t.requires_grad]
-        diff = [t for t in outs if t.requires_grad and t.is_floating_point()]
-        if leaves and diff:
-            g = torch.autograd.grad(sum(t.sum() for t in diff), leaves, allow_unused=True)
-            grads = [x for x in g if x is not None]
-    neuron_lab.sync()
-    return [t.detach().cpu() for t in outs], [t.cpu() for t in grads]
-
-
-def _compare(expected: list, got: list, exact: bool) -> str:
-    """'' if ``got`` matches ``expected`` (bitwise when ``exact``), else the first reason."""
-    try:
-        for a, b in zip(expected, got, strict=True):
-            torch.testing.assert_close(b, a, rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6,
-                                       equal_nan=True)
-    except Exception as e:  # noqa: BLE001
-        return str(e).splitlines()[0][:160]
+def skip_reason(op) -> str:
+    if op.name in RANDOM:
+        return "random output (runs on the host generator; not compared)"
+    if op.name in UNINITIALISED:
+        return "uninitialised output"
+    if torch.float32 not in op.supported_dtypes("cpu"):
+        return "no float32 support on CPU"
     return ""
 
 
-def check(op, mode: str = "eager") -> dict:
-    """One op variant: {'name', 'forward': pass|fail|skip, 'backward': ..., 'reason'}."""
-    name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
-    res = {"name": name, "forward": "skip", "backward": "skip", "reason": ""}
-    if torch.float32 not in op.supported_dtypes("cpu"):
-        res["reason"] = "no float32 support on CPU"
+def _fallbacks() -> dict:
+    return {r["op"]: r["count"] for r in tracking.fallback_ops()}
+
+
+def check(op, mode: str = "eager", limit: int | None = None) -> dict:
+    """One op_db entry: {name, forward, backward, inplace (pass|fail|skip), reasons, ...}."""
+    res = {"name": entry_name(op), "reason": "", "reasons": {}, "samples": 0, "moved": 0,
+           "fallbacks": [], "seconds": 0.0}
+    res.update({c: "skip" for c in COLUMNS})
+    why = skip_reason(op)
+    if why:
+        res["reason"] = why
         return res
-    if getattr(op, "is_factory_function", False) or "rand" in op.name or "dropout" in op.name \
-            or op.name in ("bernoulli", "multinomial", "normal", "uniform", "empty",
-                           "empty_like", "new_empty", "empty_strided"):
-        res["reason"] = "random or uninitialised output"
-        return res
-    grad = bool(op.supports_autograd)
-    exact = mode == "eager"
-    try:
-        samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=grad))[:MAX_SAMPLES]
-    except Exception as e:  # noqa: BLE001
-        res["reason"] = f"sample generation: {type(e).__name__}"
-        return res
-    fwd_ok = bwd_ok = True
+    t0 = time.perf_counter()
+    grad, exact = bool(op.supports_autograd), mode == "eager"
+    inplace = op.inplace_variant
+    status = {"forward": "pass", "backward": "pass" if grad else "skip",
+              "inplace": "skip"}
+    reasons: dict[str, str] = {}
+
+    def fail(col: str, msg: str) -> None:
+        status[col] = "fail"
+        reasons.setdefault(col, msg)
+
+    before = _fallbacks()
     with neuron_lab.mode(mode), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for s in samples:
+        try:
+            pairs = list(samples.pairs(op, torch.float32, grad, limit))
+        except Exception as e:  # noqa: BLE001
+            res["reason"] = f"sample generation on CPU: {type(e).__name__}: {first_line(e)}"
+            return res
+        for cpu_p, dev_p, how in pairs:
             try:
-                c_out, c_grad = _run(op, s, "cpu", grad)
-            except Exception:  # noqa: BLE001 - the CPU reference itself rejects this sample
+                c = compare.run(op, cpu_p, cpu_p[3], grad)
+            except Exception:  # noqa: BLE001 - CPU rejects it: not a valid sample
                 continue
+            res["samples"] += 1
+            if how != "generated":
+                res["moved"] += 1
+                res.setdefault("moved_why", how)
             try:
-                n_out, n_grad = _run(op, s, "neuron", grad)
+                d = compare.run(op, dev_p, dev_p[3], grad)
+                neuron_lab.sync()
+                compare.compare(c, d, exact, check_device=samples.on_device(dev_p))
+            except Mismatch as e:
+                fail("forward", f"mismatch: {e}")
+                break
             except Exception as e:  # noqa: BLE001
-                fwd_ok, res["reason"] = False, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                fail("forward", f"{type(e).__name__}: {first_line(e)}")
                 break
-            why = _compare(c_out, n_out, exact)
-            if why:
-                fwd_ok, res["reason"] = False, f"mismatch: {why}"
-                break
-            why = _compare(c_grad, n_grad, exact)
-            if why:
-                bwd_ok = False
-                res["reason"] = res["reason"] or f"grad: {why}"
-    res["forward"] = "pass" if fwd_ok else "fail"
-    res["backward"] = ("pass" if bwd_ok and fwd_ok else "fail") if grad else "skip"
+            if grad:
+                try:
+                    compare.compare_grads(c, d, exact)
+                except Mismatch as e:
+                    fail("backward", str(e))
+            if inplace is not None and status["inplace"] != "fail":
+                _check_inplace(inplace, cpu_p, dev_p, exact, status, fail)
+    if not res["samples"]:
+        res["reason"] = "no sample that CPU accepts"
+        return res
+    if status["forward"] == "fail" and grad:
+        status["backward"] = "fail"
+        reasons.setdefault("backward", "forward failed")
+    res.update(status)
+    res["reasons"] = reasons
+    res["reason"] = next((reasons[c] for c in COLUMNS if c in reasons), "")
+    after = _fallbacks()
+    res["fallbacks"] = sorted(k for k in after if after[k] > before.get(k, 0))
+    res["seconds"] = round(time.perf_counter() - t0, 3)
     return res
 
 
-def ops(full: bool):
+def _check_inplace(fn, cpu_p, dev_p, exact: bool, status: dict, fail) -> None:
+    try:
+        c = compare.run_inplace(fn, cpu_p)
+    except Exception:  # noqa: BLE001 - e.g. a broadcasting input CPU refuses in place
+        return
+    status["inplace"] = "pass"
+    try:
+        d = compare.run_inplace(fn, dev_p)
+        neuron_lab.sync()
+        compare.compare(c, d, exact)
+    except Mismatch as e:
+        fail("inplace", f"in-place: {e}")
+    except Exception as e:  # noqa: BLE001
+        fail("inplace", f"in-place: {type(e).__name__}: {first_line(e)}")
+
+
+def ops(full: bool = False, names=None) -> list:
     from torch.testing._internal.common_methods_invocations import op_db
+    if names:
+        want = set(names)
+        return [o for o in op_db if o.name in want or entry_name(o) in want]
     return [o for o in op_db if full or o.name in SUBSET]
 
 
-def sweep(full: bool = False, mode: str = "eager") -> list[dict]:
-    return [check(o, mode) for o in ops(full)]
+def sweep(full: bool = False, mode: str = "eager", names=None, limit: int | None = None,
+          progress=None) -> list[dict]:
+    from ..runtime import knobs
+    out = []
+    with knobs.COMPILE.scoped(knobs.COMPILE.get() and mode == "adaptive"):
+        for o in ops(full, names):
+            out.append(check(o, mode, limit))
+            if progress:
+                progress(out[-1])
+    return out
 
 
 def rates(results: list[dict]) -> dict:
     out = {}
-    for k in ("forward", "backward"):
+    for k in COLUMNS:
         ran = [r for r in results if r[k] != "skip"]
-        out[k] = {"pass": sum(r[k] == "pass" for r in ran), "total": len(ran),
-                  "rate": sum(r[k] == "pass" for r in ran) / len(ran) if ran else 0.0}
+        n = sum(r[k] == "pass" for r in ran)
+        out[k] = {"pass": n, "total": len(ran), "rate": n / len(ran) if ran else 0.0}
+    out["skipped"] = sum(r["forward"] == "skip" for r in results)
+    out["entries"] = len(results)
     return out
 
 
-def report(results: list[dict], mode: str, seconds: float) -> str:
-    r = rates(results)
-    lines = [f"# OpInfo sweep ({mode} mode, float32, torch {torch.__version__})", "",
-             f"- forward: {r['forward']['pass']}/{r['forward']['total']} op variants pass "
-             f"({r['forward']['rate']:.1%})",
-             f"- backward: {r['backward']['pass']}/{r['backward']['total']} "
-             f"({r['backward']['rate']:.1%})",
-             f"- skipped: {sum(x['forward'] == 'skip' for x in results)}; {seconds:.0f} s", "",
-             "Full sweep: `python -m neuron_lab.testing.opinfo --full --report docs/opinfo.md`; "
-             "the test suite runs the representative subset (`neuron_lab.testing.opinfo.SUBSET`).",
-             "", "## Failures", "", "| op | forward | backward | reason |", "|---|---|---|---|"]
-    lines += [f"| {x['name']} | {x['forward']} | {x['backward']} | {x['reason'].replace('|', '/')} |"
-              for x in results if "fail" in (x["forward"], x["backward"])]
-    lines += ["", "## Skipped", ""] + [f"- {x['name']}: {x['reason']}" for x in results
-                                        if x["forward"] == "skip"]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
+    from . import report
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--full", action="store_true", help="every op in op_db (slow)")
-    p.add_argument("--mode", choices=("eager", "adaptive"), default="eager")
-    p.add_argument("--report", help="write a markdown report here")
-    p.add_argument("--json", help="write per-op results here")
+    p.add_argument("--full", action="store_true", help="every entry of op_db (~700; minutes)")
+    p.add_argument("--mode", choices=("eager", "adaptive"), default="eager",
+                   help="runtime mode (eager: compared bitwise; adaptive: assert_close)")
+    p.add_argument("--ops", help="comma-separated op names or entry names (name.variant)")
+    p.add_argument("--limit", type=int, help="at most this many samples per entry")
+    p.add_argument("--compile", action="store_true",
+                   help="adaptive mode: let the runtime compile fused programs (off by default: "
+                        "the sweep checks op semantics; fused programs are tested in tests/runtime)")
+    p.add_argument("--report", help="write the markdown report here")
+    p.add_argument("--json", help="write per-entry results here")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per entry")
     a = p.parse_args(argv)
+    from ..runtime import knobs
     t0 = time.time()
-    results = sweep(a.full, a.mode)
-    text = report(results, a.mode, time.time() - t0)
-    if a.report:
-        open(a.report, "w").write(text)
-    if a.json:
-        json.dump(results, open(a.json, "w"), indent=1)
-    print(text.split("## Failures")[0])
+    show = (lambda r: print(f"{r['forward']:4} {r['backward']:4} {r['inplace']:4} "
+                            f"{r['name']} {r['reason'][:100]}", flush=True)) if a.verbose else None
+    with knobs.COMPILE.scoped(a.compile):
+        results = sweep(a.full, a.mode, a.ops.split(",") if a.ops else None, a.limit, show)
+    text = report.markdown(results, a.mode, time.time() - t0, full=a.full)
+    for path, data in ((a.report, text), (a.json, json.dumps(results, indent=1))):
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(data)
+    print(report.summary(results, a.mode, time.time() - t0))
     return 0
 
 

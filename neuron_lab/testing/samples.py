@@ -1,0 +1,90 @@
+"""Paired OpInfo sample inputs: the same sample on CPU (the reference) and on ``neuron``.
+
+Why generate twice instead of moving the CPU sample: OpInfo sample functions put some tensors on
+CPU on purpose (``tensor_split``'s index tensor must be a CPU tensor on every device, as on CUDA),
+and factory samples carry ``device=`` in their kwargs. Moving every tensor would test a call no
+user makes. So, as PyTorch's device-generic tests do, the sample function runs once per device,
+each time after ``torch.manual_seed(seed)``: the device's random ops draw from the host generator,
+so both runs get the same values. Each pair is checked for equal values; where they differ (a
+sample function that draws differently per device) the CPU sample is moved instead, which is what
+``op.sample_inputs('cpu', ...)`` + ``.to('neuron')`` would give.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE = "neuron"
+
+
+def _parts(s) -> tuple:
+    return (s.input, s.args, s.kwargs)
+
+
+def move(x, dev: str):
+    """Detached copies on ``dev`` keeping ``requires_grad``; non-tensors unchanged."""
+    def one(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        c = t.detach().to(dev)
+        return c.requires_grad_(t.requires_grad) if c.is_floating_point() or c.is_complex() else c
+    return tree_map(one, x)
+
+
+def same(a, b) -> bool:
+    """Same structure, devices (by role) and values: ``b``'s neuron tensors equal ``a``'s CPU ones."""
+    fa, sa = tree_flatten(a)
+    fb, sb = tree_flatten(b)
+    if sa != sb:
+        return False
+    for x, y in zip(fa, fb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            y = y.detach().cpu()
+            if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x.detach(), y) \
+                    and not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan())
+                             and torch.equal(x.detach().nan_to_num(), y.nan_to_num())):
+                return False
+        elif isinstance(x, torch.device) or isinstance(y, torch.device) or (x, y) == ("cpu", DEVICE):
+            continue
+        elif x != y and not (x != x and y != y):   # NaN scalars are equal here
+            return False
+    return True
+
+
+def on_device(parts) -> bool:
+    """Does this sample put anything on ``neuron`` (so every tensor output must be there)?"""
+    return any(isinstance(x, torch.Tensor) and x.device.type == DEVICE
+               or isinstance(x, (str, torch.device)) and str(x).startswith(DEVICE)
+               for x in tree_flatten(parts[:3])[0])
+
+
+def pairs(op, dtype: torch.dtype, requires_grad: bool, limit: int | None, seed: int = 0):
+    """Yield (cpu_parts, neuron_parts, how): how is "generated", or "moved: <why>".
+
+    ``*_parts`` are ``(input, args, kwargs, output_process_fn_grad)``.
+    """
+    torch.manual_seed(seed)
+    cpu = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), limit))
+    why = "values differ"
+    try:
+        torch.manual_seed(seed)
+        dev = list(itertools.islice(op.sample_inputs(DEVICE, dtype, requires_grad=requires_grad),
+                                    limit))
+    except Exception as e:  # noqa: BLE001 - reported: it may be a device bug
+        dev, why = [], f"sample_inputs('{DEVICE}') raised {type(e).__name__}: {_line(e)}"
+    for i, c in enumerate(cpu):
+        d = dev[i] if i < len(dev) else None
+        cp = _parts(c)
+        proc = c.output_process_fn_grad
+        if d is not None and same(cp, _parts(d)):
+            yield cp + (proc,), _parts(d) + (d.output_process_fn_grad,), "generated"
+        else:
+            yield cp + (proc,), move(cp, DEVICE) + (proc,), f"moved: {why}"
+
+
+def _line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
