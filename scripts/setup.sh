@@ -10,7 +10,20 @@ VENV=${NEURON_LAB_VENV:-.venv}
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # Pin the CPU build first: an unpinned torch could pull a multi-GB CUDA wheel.
 "$VENV/bin/python" -m pip install -q "torch==${NEURON_LAB_TORCH:-2.13.0}"
+# `pip install -e .` also builds the JupyterLab side panel (extension/, via hatch-jupyter-builder:
+# npm install + `jupyter-builder build`) and installs it into $VENV/share/jupyter/labextensions.
+# That needs Node.js >= 20 and npm, at build time only.
+if ! command -v npm >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+      || { echo "setup: could not install nodejs/npm, needed to build extension/" >&2; exit 1; }
+  else
+    echo "setup: Node.js and npm are needed to build extension/ (the JupyterLab panel)" >&2; exit 1
+  fi
+fi
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+"$VENV/bin/jupyter" labextension list 2>&1 | grep -q "neuron-lab-panel.*enabled.*OK" \
+  || { echo "setup: the neuron-lab-panel JupyterLab extension is not installed" >&2; exit 1; }
 if [ "${NEURON_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \

@@ -17,7 +17,7 @@ export function renderFallbacks(rows: IFallbackRow[]): HTMLElement {
     h(
       'table',
       { class: 'jp-NeuronLab-table' },
-      h('thead', null, h('tr', null, h('th', null, 'op'), h('th', null, 'reason'), h('th', { class: 'jp-mod-num' }, 'count'))),
+      h('thead', null, h('tr', null, h('th', null, 'op · reason · where'), h('th', { class: 'jp-mod-num jp-NeuronLab-countCol' }, 'count'))),
       h('tbody', null, ...rows.flatMap(renderRow))
     )
   );
@@ -31,8 +31,7 @@ function renderRow(r: IFallbackRow): HTMLElement[] {
   const main = h(
     'tr',
     { class: 'jp-NeuronLab-fallback', data: { nl: 'fallback-row', op: r.op } },
-    h('td', { class: 'jp-NeuronLab-op', title: r.op }, r.op.replace(/^aten::/, '')),
-    h('td', { class: 'jp-NeuronLab-reason', title: r.reason }, r.reason),
+    h('td', { class: 'jp-NeuronLab-op', title: r.op }, r.op),
     h('td', { class: 'jp-mod-num' }, count(r.count))
   );
   const loc = h(
@@ -40,7 +39,8 @@ function renderRow(r: IFallbackRow): HTMLElement[] {
     { class: 'jp-NeuronLab-fallbackWhere' },
     h(
       'td',
-      { attrs: { colspan: '3' }, title: where.join('\n') },
+      { attrs: { colspan: '2' }, title: where.join('\n') },
+      h('div', { class: 'jp-NeuronLab-reason', data: { nl: 'reason' } }, r.reason),
       first ? h('code', { class: 'jp-NeuronLab-loc', data: { nl: 'location' } }, location(first) + more) : 'location unknown',
       src ? h('code', { class: 'jp-NeuronLab-src', data: { nl: 'source' } }, src.trim()) : null
     )

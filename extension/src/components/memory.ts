@@ -79,6 +79,6 @@ export function renderTimeline(values: number[], peak: number): HTMLElement {
     'div',
     { class: 'jp-NeuronLab-timelineBox', title: `last ${n} samples; dashed line: peak ${bytes(peak)}` },
     svg,
-    h('div', { class: 'jp-NeuronLab-timelineAxis' }, h('span', null, `${n} samples`), h('span', null, `max ${bytes(top)}`))
+    h('div', { class: 'jp-NeuronLab-timelineAxis' }, h('span', null, `${n} sample${n === 1 ? '' : 's'}`), h('span', null, `max ${bytes(top)}`))
   );
 }

@@ -7,18 +7,20 @@ import { bytes, count, pct, seconds } from './format';
 import { h, section, stats } from './dom';
 
 export function renderRunning(r: IRunning | null): HTMLElement {
-  const busy = !!r?.cell_id;
-  const title = busy ? 'Running cell' : 'Running cell — idle';
+  const queue: [string, string, string] = ['compile-queue', 'compile queue', count(r?.compile_queue ?? 0)];
+  if (!r?.cell_id) {
+    return section('running', 'Running cell', h('p', { class: 'jp-NeuronLab-empty' }, 'idle'), stats([queue]));
+  }
   return section(
     'running',
-    title,
+    'Running cell',
     stats([
-      ['elapsed', 'elapsed', busy ? seconds(r!.elapsed_s) : '–'],
-      ['ops-per-s', 'ops/s', busy ? count(r!.ops_per_s) : '–'],
-      ['ops', 'ops', busy ? count(r!.ops) : '–'],
-      ['launches', 'launches', busy ? count(r!.launches) : '–'],
-      ['fused-share', 'fused share', busy ? pct(r!.fused_share) : '–'],
-      ['compile-queue', 'compile queue', count(r?.compile_queue ?? 0)]
+      ['elapsed', 'elapsed', seconds(r.elapsed_s)],
+      ['ops-per-s', 'ops/s', count(r.ops_per_s)],
+      ['ops', 'ops', count(r.ops)],
+      ['launches', 'launches', count(r.launches)],
+      ['fused-share', 'fused share', pct(r.fused_share)],
+      queue
     ])
   );
 }
@@ -33,7 +35,7 @@ export function renderCells(cells: ICellRecord[]): HTMLElement {
     'Last cells',
     h(
       'table',
-      { class: 'jp-NeuronLab-table' },
+      { class: 'jp-NeuronLab-table jp-NeuronLab-cells' },
       h(
         'thead',
         null,

@@ -1,0 +1,146 @@
+"""The side panel end to end: real JupyterLab (behind /lab-base/), real kernel, headless Chromium.
+
+One notebook, one scenario, in the order a user meets it:
+
+1. the panel opens from its sidebar icon and says neuron_lab is not loaded;
+2. a cell imports neuron_lab, loads the extension, puts 4 MiB on `neuron` and sums a float64
+   tensor: the panel (which noticed the load on its own) shows the allocated bytes and the
+   fallback rows with the user's line, and the refresh-rate setting reached the kernel; a
+   4-second cell then grows memory while the panel shows it running, live;
+3. light and dark screenshots go to test-artifacts/;
+4. the kernel restarts: the panel says not loaded; its button runs `%load_ext neuron_lab`
+   and the data comes back, then the cell again fills it, now with a per-cell record;
+5. a page reload restores the panel and reconnects to the running kernel.
+
+The kernel side is the real one (neuron_lab.jupyter.comm); nothing is faked.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CELL = ("import torch, neuron_lab\n"
+        "%load_ext neuron_lab\n"
+        "x = torch.empty(1 << 20, device='neuron')  # 4 MiB of float32\n"
+        "y = torch.ones(3, device='neuron', dtype=torch.float64).sum()  # no float64 on Trainium\n"
+        "print(x.device, float(y))")
+FLOAT64_LINE = 4
+BUSY_CELL = ("import time\n"
+             "xs = []\n"
+             "for i in range(8):\n"
+             "    xs.append(torch.empty(1 << 18, device='neuron'))  # +1 MiB\n"
+             "    time.sleep(0.5)")
+
+PANEL = "#neuron-lab-panel"
+
+
+def _nl(name: str) -> str:
+    return f'{PANEL} [data-nl="{name}"]'
+
+
+def _notebook(lab) -> str:
+    nb = {"nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": lab.kernel, "display_name": "neuron_lab e2e",
+                                      "language": "python"}},
+          "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None,
+                     "outputs": [], "source": src} for i, src in enumerate((CELL, BUSY_CELL))]}
+    (lab.root / "e2e.ipynb").write_text(json.dumps(nb))
+    return "e2e.ipynb"
+
+
+def _run_cell(page, index: int) -> None:
+    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def _command(page, command: str, args: dict | None = None) -> None:
+    """Start a JupyterLab command without waiting for it (it may open a dialog)."""
+    page.evaluate("([c, a]) => { window.jupyterapp.commands.execute(c, a); }", [command, args or {}])
+
+
+def _shows_data(page, expect, allocated: str) -> None:
+    expect(page.locator(_nl("status"))).to_have_text("live", timeout=90_000)
+    expect(page.locator(_nl("allocated"))).to_have_text(allocated, timeout=90_000)
+
+
+def _shows_fallback(page, expect) -> None:
+    row = page.locator(f'{_nl("fallback-row")}[data-op="aten::sum"]')
+    expect(row).to_be_visible(timeout=60_000)
+    where = row.locator("xpath=following-sibling::tr[1]")
+    expect(where.locator('[data-nl="reason"]')).to_contain_text("float64")
+    expect(where.locator('[data-nl="location"]')).to_have_text(re.compile(rf"\.py:{FLOAT64_LINE}$"))
+    expect(where.locator('[data-nl="source"]')).to_contain_text("dtype=torch.float64")
+
+
+def test_panel_live_restart_reload(page, lab):
+    from playwright.sync_api import expect
+
+    art, rate = lab.artifacts, lab.rate_hz
+    art.mkdir(exist_ok=True)
+    page.goto(lab.lab_url(_notebook(lab)))
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
+    assert "/lab-base/" in page.url
+
+    # 1. the sidebar icon opens the panel; the fresh kernel has no neuron_lab yet
+    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="neuron-lab-panel"]').click()
+    expect(page.locator(PANEL)).to_be_visible()
+    expect(page.locator(_nl("not-loaded"))).to_be_visible(timeout=90_000)
+    expect(page.locator(_nl("load"))).to_have_text("Load neuron_lab")
+
+    # 2. the user's own cell loads it; the panel picks it up and shows the device
+    _run_cell(page, 0)
+    _shows_data(page, expect, "4.00 MiB")
+    assert int(page.locator(_nl("allocated")).get_attribute("data-bytes")) >= 4 << 20
+    _shows_fallback(page, expect)
+    expect(page.locator(_nl("hello"))).to_contain_text(f"{rate:g} Hz")  # set_rate reached it
+    expect(page.locator(".jp-OutputArea-output").first).to_contain_text("neuron:0 3.0")
+
+    # a busy cell: the panel updates while it runs (memory grows, elapsed ticks)
+    _run_cell(page, 1)
+    expect(page.locator(_nl("status"))).to_have_text("running", timeout=30_000)
+    expect(page.locator(_nl("elapsed"))).to_have_text(re.compile(r"\d+ (ms|s)$"))
+    expect(page.locator(_nl("allocated"))).to_have_text(re.compile(r"^(5|6|7|8|9|10)\.\d\d MiB$"),
+                                                        timeout=10_000)
+    assert page.locator(_nl("status")).inner_text() == "running"  # still busy: pushed live
+    page.locator(PANEL).screenshot(path=str(art / "panel-running-light.png"))
+    expect(page.locator(_nl("status"))).to_have_text("live", timeout=60_000)
+    expect(page.locator(_nl("allocated"))).to_have_text("12.00 MiB")
+    expect(page.locator(_nl("cell-row"))).to_have_count(1)
+    expect(page.locator(_nl("cell-row")).first).to_contain_text("12.00 MiB")  # its peak
+
+    # 3. screenshots, light and dark
+    page.screenshot(path=str(art / "panel-light.png"))
+    page.locator(PANEL).screenshot(path=str(art / "panel-light-sidebar.png"))
+    _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+    expect(page.locator('body[data-jp-theme-light="false"]')).to_be_attached(timeout=30_000)
+    page.wait_for_timeout(1000)  # theme CSS applies after the attribute flips
+    page.screenshot(path=str(art / "panel-dark.png"))
+    page.locator(PANEL).screenshot(path=str(art / "panel-dark-sidebar.png"))
+
+    # 4. restart: back to not-loaded; the button loads it; the cell fills it again
+    _command(page, "notebook:restart-kernel")
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    expect(page.locator(_nl("not-loaded"))).to_be_visible(timeout=90_000)
+    page.locator(_nl("load")).click()
+    _shows_data(page, expect, "0 B")
+    expect(page.locator(_nl("hello"))).to_contain_text(f"{rate:g} Hz")
+    _run_cell(page, 0)
+    _shows_data(page, expect, "4.00 MiB")
+    _shows_fallback(page, expect)
+    # loaded before this cell started, so the cell has a record (the first run loaded it mid-cell)
+    expect(page.locator(_nl("cell-row")).first).to_be_visible(timeout=30_000)
+    page.locator(PANEL).screenshot(path=str(art / "panel-after-restart-dark.png"))
+
+    # 5. reload: the layout restorer reopens the panel; it reconnects to the same kernel
+    page.reload()
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
+    expect(page.locator(PANEL)).to_be_visible(timeout=60_000)
+    _shows_data(page, expect, "4.00 MiB")
+    _shows_fallback(page, expect)
+
+    ours = [e for e in page.console_errors if "neuron" in e.lower()]
+    assert not ours, ours
