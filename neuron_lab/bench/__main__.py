@@ -50,7 +50,13 @@ def _machine() -> dict:
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "threads": torch.get_num_threads(), "neuron_lab": neuron_lab.__version__,
             "commit": commit, "load_before": round(os.getloadavg()[0], 2),
+            "telemetry_listening": _telemetry_listening(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _telemetry_listening() -> bool:
+    from neuron_lab.device import events
+    return events.active()
 
 
 def _cold(argv: list[str]) -> int:

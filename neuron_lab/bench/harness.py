@@ -9,8 +9,11 @@ Methodology (the same for every workload and peer):
   trials, and repeat while new compiles were queued.
 - **Samples.** The per-iteration time estimated during warm-up sizes each sample to about
   ``cfg.sample_s`` seconds (``inner`` iterations); ``cfg.repeats`` samples are taken (fewer, but
-  at least 3, when that would exceed ``cfg.sampling_budget_s``) and the median is reported. Every sample is kept in the JSON. The Python GC is paused inside a sample
-  (as ``timeit`` does) and collected between samples.
+  at least 3, when that would exceed ``cfg.sampling_budget_s``) and the median is reported.
+  Steady-state samples are **interleaved across peers** (every peer is set up and warmed first,
+  then sample 1 of each peer, sample 2 of each, ...), so a burst of load from other processes
+  on a shared machine hits all peers alike and the ratios stay honest. Every sample is kept in the JSON. The Python GC is paused inside a sample
+  (as ``timeit`` does); its young generations are collected between samples.
 - **Every iteration ends at a sync** chosen by the workload (``.item()``, ``peer.sync()``), so
   asynchronous peers are timed for finished work, not for queued work.
 - A peer that cannot run a workload raises ``Skip(reason)``; an exception is recorded as a skip
@@ -40,6 +43,7 @@ class Config:
     sample_s: float = 0.25
     repeats: int = 9
     compile_timeout_s: float = 300.0   # per wait for the adaptive runtime's background compiles
+    quiesce_timeout_s: float = 300.0   # wait for them before another peer runs (correctness)
     settle_rounds: int = 4             # wait + warm rounds while new compiles keep being queued
     sampling_budget_s: float = 20.0    # a very slow peer takes fewer samples (never under 3)
     fresh_budget_s: float = 120.0      # W4's N-step run stops here and extrapolates (recorded)
@@ -110,34 +114,53 @@ def warm(fn: Callable[[], Any], seconds: float, min_iters: int = 3) -> float:
     return statistics.median(tail)
 
 
-def sample(fn: Callable[[], Any], per_iter: float, cfg: Config, end=None) -> list[float]:
-    """``cfg.repeats`` samples of seconds/iteration, each about ``cfg.sample_s`` long; ``end``
-    (e.g. the peer's sync) runs inside the timed window after the last iteration."""
+def _one(fn: Callable[[], Any], inner: int, end=None) -> float:
+    gc.collect(1)               # young generations only: a full collection costs ~0.4 s here
+    gc.disable()
+    try:
+        t0 = perf()
+        for _ in range(inner):
+            fn()
+        if end is not None:
+            end()
+        return (perf() - t0) / inner
+    finally:
+        gc.enable()
+
+
+def _plan(per_iter: float, cfg: Config) -> tuple[int, int]:
+    """(iterations per sample, samples) for an iteration of ``per_iter`` seconds."""
     inner = max(1, min(100_000, math.ceil(cfg.sample_s / max(per_iter, 1e-9))))
     repeats = max(min(3, cfg.repeats), min(cfg.repeats, int(cfg.sampling_budget_s / (inner * per_iter))))
-    out = []
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = perf()
-            for _ in range(inner):
-                fn()
-            if end is not None:
-                end()
-            out.append((perf() - t0) / inner)
-        finally:
-            gc.enable()
-    return out
+    return inner, repeats
 
 
-def steady(fn: Callable[[], Any], peer, cfg: Config, min_iters: int = 3, end=None) -> list[float]:
-    """Steady-state seconds/iteration of ``fn`` on ``peer`` (warm-up and settling excluded)."""
+def sample(fn: Callable[[], Any], per_iter: float, cfg: Config, end=None) -> list[float]:
+    """Samples of seconds/iteration, each about ``cfg.sample_s`` long, taken now; ``end`` (e.g.
+    the peer's sync) runs inside the timed window after the last iteration."""
+    inner, repeats = _plan(per_iter, cfg)
+    return [_one(fn, inner, end) for _ in range(repeats)]
+
+
+@dataclass
+class Steady:
+    """A warmed-up iteration waiting to be sampled; the driver samples every peer's round-robin.
+    ``convert`` maps each metric it feeds to a function of seconds/iteration."""
+    fn: Callable[[], Any]
+    per_iter: float
+    end: Callable[[], Any] | None
+    convert: dict[str, Callable[[float], float]]
+
+
+def steady(fn: Callable[[], Any], peer, cfg: Config, min_iters: int = 3, end=None,
+           **convert: Callable[[float], float]) -> Steady:
+    """Warm ``fn`` up on ``peer`` (and settle the adaptive runtime); the samples are taken
+    later, interleaved with the other peers'. ``convert``: metric name -> f(seconds/iter)."""
     per = warm(fn, cfg.warm_s, min_iters)
     per = peer.settle(lambda: warm(fn, cfg.warm_s, max(min_iters, 5)), cfg) or per
     if end is not None:
         end()
-    return sample(fn, per, cfg, end)
+    return Steady(fn, per, end, convert)
 
 
 def median(xs: list[float]) -> float:
@@ -149,45 +172,88 @@ def _entry(value) -> dict:
     return {"median": statistics.median(samples), "samples": samples}
 
 
+def _error(e: BaseException) -> str:
+    return str(e) if isinstance(e, Skip) else f"error: {type(e).__name__}: {e}"[:400]
+
+
+def _interleave(pending: dict, peers: dict, cfg: Config, outs: dict, reasons: dict, extra: dict):
+    """Round-robin sampling: sample r of every peer, then sample r + 1, ... so load from other
+    processes on a shared machine hits all peers alike. Before each sample, background compiles
+    (the adaptive runtime's) are waited for, untimed: they would steal the sampled peer's core,
+    and inductor's FX tracing patches ``nn.Module.__call__`` process-wide, which breaks a
+    torch.compile'd module called meanwhile (see docs/benchmarks.md)."""
+    plans = {n: _plan(st.per_iter, cfg) for n, st in pending.items()}
+    gc.collect()
+    times: dict[str, list[float]] = {n: [] for n in pending}
+    for r in range(max((rep for _, rep in plans.values()), default=0)):
+        for n, st in pending.items():
+            if r >= plans[n][1] or n in reasons:
+                continue
+            for p in peers.values():    # untimed: no background compile runs during a sample
+                p.quiesce(cfg)
+            try:
+                with peers[n].sampling():
+                    times[n].append(_one(st.fn, plans[n][0], st.end))
+            except Exception as e:  # noqa: BLE001
+                reasons[n] = _error(e)
+                extra.setdefault("errors", {})[n] = traceback.format_exc()[-4000:]
+    for n, st in pending.items():
+        for metric, f in st.convert.items():
+            outs[n][metric] = [f(t) for t in times[n]]
+
+
 def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
-    """Run ``w`` on each peer in turn; returns the workload's JSON record."""
+    """Run ``w`` on each peer in turn (set-up, warm-up, one-off measurements), then take the
+    steady-state samples of all peers interleaved; returns the workload's JSON record."""
     t0 = perf()
     metrics = {m.name: {"unit": m.unit, "better": m.better, "log": m.log, "peers": {}}
                for m in w.metrics}
     extra: dict[str, Any] = {}
+    outs: dict[str, dict] = {}
+    reasons: dict[str, str] = {}
     for peer in peers:
-        log(f"  {w.key} {peer.name} ...")
         t_peer = perf()
+        out: dict = {}
         if w.peers is not None and peer.name not in w.peers:
-            out, reason = {}, f"not applicable: {w.key} measures {', '.join(w.peers)} only"
+            reasons[peer.name] = f"not applicable: {w.key} measures {', '.join(w.peers)} only"
         elif peer.unavailable:
-            out, reason = {}, peer.unavailable
+            reasons[peer.name] = peer.unavailable
         else:
-            out, reason = {}, None
             try:
                 with peer.active():
                     out = w.run(peer, cfg) or {}
-            except Skip as e:
-                reason = str(e)
             except Exception as e:  # noqa: BLE001 - record, keep measuring the other peers
-                reason = f"error: {type(e).__name__}: {e}"[:400]
-                extra.setdefault("errors", {})[peer.name] = traceback.format_exc()[-4000:]
+                reasons[peer.name] = _error(e)
+                if not isinstance(e, Skip):
+                    extra.setdefault("errors", {})[peer.name] = traceback.format_exc()[-4000:]
             finally:
                 peer.cleanup(cfg)
-        if out.get("extra"):
-            extra[peer.name] = out.pop("extra")
+        outs[peer.name] = out
+        log(f"  {w.key} {peer.name}: set up in {perf() - t_peer:.1f} s"
+            + (f" (skip: {reasons[peer.name]})" if peer.name in reasons else ""))
+    pending = {n: o.pop("steady") for n, o in outs.items() if isinstance(o.get("steady"), Steady)}
+    _interleave(pending, {p.name: p for p in peers}, cfg, outs, reasons, extra)
+    for peer in peers:
+        if peer.name in pending:
+            peer.cleanup(cfg)       # compiles queued while sampling must not leak into the next workload
+    for peer in peers:
+        out = outs[peer.name]
+        x = out.pop("extra", None)
+        if callable(x):
+            x = x()
+        if x:
+            extra[peer.name] = x
         for m in w.metrics:
-            v = out.get(m.name)
+            v, reason = out.get(m.name), reasons.get(peer.name)
             if reason is not None:
                 metrics[m.name]["peers"][peer.name] = {"skip": reason}
             elif isinstance(v, Skip):
                 metrics[m.name]["peers"][peer.name] = {"skip": str(v)}
-            elif v is None:
+            elif v is None or v == []:
                 metrics[m.name]["peers"][peer.name] = {"skip": "not measured for this peer"}
             else:
                 metrics[m.name]["peers"][peer.name] = _entry(v)
-        log(f"  {w.key} {peer.name} done in {perf() - t_peer:.1f} s"
-            + (f" (skip: {reason})" if reason else ""))
+    log(f"  {w.key}: done in {perf() - t0:.1f} s")
     return {"title": w.title, "metrics": metrics,
             "ratios": [r.evaluate(metrics) for r in w.ratios],
             "extra": extra, "seconds": perf() - t0}

@@ -13,12 +13,14 @@ an op-by-op peer moves 20× that and lands near 5 %.
 Peak device memory on W2 (neuron peers): ``reset_peak_memory_stats()``, one iteration,
 ``max_memory_allocated()`` minus what was allocated before (the input), median of 3.
 
-W1T — W1 on the adaptive peer with ``neuron_lab.telemetry`` fully on vs off, samples interleaved
-(off, on, off, on, ...) so machine noise hits both alike. Skipped while telemetry has no switch.
+W1T — W1 on the adaptive peer with ``neuron_lab.telemetry`` fully on vs off (what "on" means:
+``telemetry_switch``), samples interleaved (off, on, off, on, ...) so machine noise hits both
+alike. The other workloads run with telemetry as the process had it (not imported: off).
 """
 from __future__ import annotations
 
 import statistics
+import sys
 
 import torch
 
@@ -56,8 +58,8 @@ def _w1_iteration(peer):
 
 
 def run_w1(peer, cfg) -> dict:
-    samples = steady(_w1_iteration(peer), peer, cfg)
-    return {"us_per_op": [t / W1_OPS * 1e6 for t in samples], "extra": peer.extra()}
+    st = steady(_w1_iteration(peer), peer, cfg, us_per_op=lambda t: t / W1_OPS * 1e6)
+    return {"steady": st, "extra": peer.extra}
 
 
 def copy_bandwidth(cfg) -> dict:
@@ -87,10 +89,9 @@ def run_w2(peer, cfg) -> dict:
         y = f(x)
         peer.sync()
         return y
-    samples = steady(it, peer, cfg)
     useful = 2 * W2_N * 4
-    out = {"ms": [t * 1e3 for t in samples],
-           "pct_copy_bw": [useful / t / bw * 100 for t in samples],
+    out = {"steady": steady(it, peer, cfg, ms=lambda t: t * 1e3,
+                            pct_copy_bw=lambda t: useful / t / bw * 100),
            "peak_mib": Skip("peak device memory: neuron peers only")}
     if peer.device == "neuron":
         peaks = []
@@ -103,28 +104,52 @@ def run_w2(peer, cfg) -> dict:
             del y
             peaks.append((torch.neuron.max_memory_allocated() - base) / 2**20)
         out["peak_mib"] = peaks
-    out["extra"] = {**peer.extra(), "copy_bandwidth_GBps": copy_bandwidth(cfg)}
+    out["extra"] = lambda: {**peer.extra(), "copy_bandwidth_GBps": copy_bandwidth(cfg)}
     return out
 
 
 def telemetry_switch():
-    """(turn everything on, turn it off) from ``neuron_lab.telemetry``, or raise Skip."""
+    """(what "on" means, turn everything on, turn it off) for ``neuron_lab.telemetry``, or Skip.
+
+    An explicit switch (``enable_all``/``disable_all``, ``enable``/``disable``) wins. Otherwise
+    "everything on" is assembled from the parts a notebook session runs: the store subscribed
+    to the event bus (launch/compile/sync/fallback records), the memory sampler at its maximum
+    rate (20 Hz) with a listener, and a per-cell record in progress. "Off": none of them.
+    """
     try:
         import neuron_lab.telemetry as tel
     except Exception as e:  # noqa: BLE001
         raise Skip(f"neuron_lab.telemetry not importable: {type(e).__name__}: {e}") from None
-    for on, off, args in (("enable_all", "disable_all", ()), ("enable", "disable", ("all",)),
-                          ("enable", "disable", ())):
+    for on, off, args in (("enable_all", "disable_all", ()), ("enable", "disable", ())):
         if callable(getattr(tel, on, None)) and callable(getattr(tel, off, None)):
-            return (lambda: getattr(tel, on)(*args)), (lambda: getattr(tel, off)())
-    raise Skip("neuron_lab.telemetry has no 'everything on' switch yet (looked for "
-               "enable_all()/disable_all(), enable('all')/disable(), enable()/disable())")
+            return f"telemetry.{on}()", (lambda: getattr(tel, on)(*args)), (lambda: getattr(tel, off)())
+    if not all(hasattr(tel, n) for n in ("store", "Sampler", "cells")):
+        raise Skip("neuron_lab.telemetry has no 'everything on' switch (enable_all()/enable()) "
+                   "nor store/Sampler/cells to assemble one from")
+    sampler = tel.Sampler()
+    sampler.set_rate(20.0)
+    sampler.listeners.append(lambda sample: None)
+
+    def on():
+        tel.store.start()
+        sampler.start()
+        tel.cells.start("bench-W1T")
+
+    def off():
+        if tel.cells.running:
+            tel.cells.end()
+        sampler.stop()
+        tel.store.stop()
+    return "store on the event bus + 20 Hz memory sampler + a running cell record", on, off
 
 
 def run_w1t(peer, cfg) -> dict:
-    on, off = telemetry_switch()
+    from neuron_lab.device import events
+    listening = events.active()     # importing telemetry subscribes its store: undo that after
+    what, on, off = telemetry_switch()
+    off()
     it = _w1_iteration(peer)
-    per = steady(it, peer, cfg)[0]
+    per = steady(it, peer, cfg).per_iter
     offs, ons = [], []
     one = type(cfg)(**{**cfg.__dict__, "repeats": 1})
     try:
@@ -136,8 +161,11 @@ def run_w1t(peer, cfg) -> dict:
             off()
     finally:
         off()
+        store = getattr(sys.modules.get("neuron_lab.telemetry"), "store", None)
+        if listening and store is not None:
+            store.start()
     return {"us_per_op_off": [t / W1_OPS * 1e6 for t in offs],
-            "us_per_op_on": [t / W1_OPS * 1e6 for t in ons]}
+            "us_per_op_on": [t / W1_OPS * 1e6 for t in ons], "extra": {"telemetry_on": what}}
 
 
 W1 = Workload(

@@ -11,12 +11,13 @@
                    ``torch._lazy.mark_step()`` at the end of every iteration.
 =================  ==================================================================================
 
-Interface: ``device``; ``active()`` (context for the peer's mode); ``compile(fn)`` /
+Interface: ``device``; ``active()`` (context for a workload's set-up: the adaptive peer starts
+from an empty region cache); ``sampling()`` (context for one timed sample); ``compile(fn)`` /
 ``module(m)`` (what torch.compile wraps; identity elsewhere); ``step_end()`` (the per-iteration
 boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
 (adaptive only: wait for background compiles, warm again, until no compile was queued);
-``cleanup(cfg)`` (between peers: let background compiles finish so they do not steal the next
-peer's cores); ``unavailable`` (skip reason when the peer cannot run here).
+``cleanup(cfg)`` / ``quiesce(cfg)`` (between peers and between samples: let background compiles
+finish so they do not steal the next peer's core); ``unavailable`` (skip reason when the peer cannot run here).
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ class Peer:
     def active(self):
         return contextlib.nullcontext()
 
+    def sampling(self):
+        return contextlib.nullcontext()
+
     def compile(self, fn):
         return fn
 
@@ -60,6 +64,9 @@ class Peer:
     def cleanup(self, cfg) -> None:
         pass
 
+    def quiesce(self, cfg) -> None:
+        pass
+
     def extra(self) -> dict:
         return {}
 
@@ -69,6 +76,10 @@ class NeuronEager(Peer):
     mode = "eager"
 
     def active(self):
+        import neuron_lab
+        return neuron_lab.mode(self.mode)
+
+    def sampling(self):
         import neuron_lab
         return neuron_lab.mode(self.mode)
 
@@ -104,11 +115,16 @@ class NeuronAdaptive(NeuronEager):
                 break
         info["seconds"] = time.perf_counter() - t0
         info["pending_at_measure"] = runtime.stats()["compiles_pending"]
+        info["queued_at_measure"] = runtime.stats()["compiles_queued"]
         return per
 
     def cleanup(self, cfg) -> None:
+        self.quiesce(cfg)
+
+    def quiesce(self, cfg) -> None:
         from neuron_lab import runtime
-        runtime.wait_compiles(cfg.compile_timeout_s)
+        if runtime.stats()["compiles_pending"]:
+            runtime.wait_compiles(cfg.quiesce_timeout_s)
 
     def extra(self) -> dict:
         """Runtime counters since this workload started (the engine is reset per workload)."""

@@ -33,8 +33,8 @@ def _loop(peer, model, opt, batch):
 
 def run_w3(peer, cfg) -> dict:
     it = _loop(peer, *models.make("mlp", peer))
-    samples = steady(it, peer, cfg, end=peer.sync)
-    return {"steps_per_s": [1.0 / t for t in samples], "extra": peer.extra()}
+    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
+            "extra": peer.extra}
 
 
 def run_w4(peer, cfg) -> dict:
@@ -54,9 +54,9 @@ def run_w4(peer, cfg) -> dict:
         fresh["measured_s"] = total
         total += (steps - done) * (total - first) / (done - 1)
     fresh.update(peer.extra())
-    samples = steady(it, peer, cfg, end=peer.sync)
-    return {"steps_per_s": [1.0 / t for t in samples], "first_step_s": first, "total_s": total,
-            "extra": {"fresh_run": fresh, "steady": peer.extra()}}
+    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
+            "first_step_s": first, "total_s": total,
+            "extra": lambda: {"fresh_run": fresh, "steady": peer.extra()}}
 
 
 W3 = Workload(
