@@ -161,8 +161,9 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
         orig = args[where] if type(where) is int and where < len(args) else kwargs.get(where)
         if alias[2] or not isinstance(orig, Tensor) or orig.is_cpu:
             return orig
-        if f.restride and (orig.shape != h.shape or orig.stride() != h.stride()
-                           or orig.storage_offset() != h.storage_offset()):
+        # any in-place op may resize its self (CPU's addbmm_ on a broadcastable self does)
+        if orig.shape != h.shape or f.restride and (orig.stride() != h.stride()
+                                                    or orig.storage_offset() != h.storage_offset()):
             memory.retrack(h.untyped_storage())
             shell.restride(orig, h)
         return orig

@@ -1,7 +1,7 @@
 """Registering ``neuron`` with PyTorch through the PrivateUse1 extension point.
 
 ``_setup_privateuseone_for_python_backend`` gives the device guard and hooks that ``.to``,
-``nn.Module.to`` and ``backward()`` need. It stops short in four places, patched here, each
+``nn.Module.to`` and ``backward()`` need. It stops short in a few places, patched here, each
 narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls PyTorch's own):
 
 1. ``torch.accelerator.synchronize`` raises "Backend doesn't support synchronizing all streams"
@@ -14,7 +14,11 @@ narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls Py
    setter also refreshes the host view cached on the Python object.
 4. ``repr`` of a neuron tensor is a sync point and is counted as such.
 5. ``torch.load(map_location='neuron')``: restoring a storage onto the device (see
-   ``_patch_serialization``) and ``set_`` onto a neuron storage (``kernels.set_storage``).
+   ``_patch_serialization``) and ``set_`` onto a neuron storage (``kernels.set_storage``); a
+   callable ``map_location`` for a neuron checkpoint.
+6. ``torch.UntypedStorage(n, device='neuron')`` needs a C++ allocator (``_patch_storage``).
+7. ``scaled_dot_product_attention`` picks its kernel through a C++ DispatchStub a Python backend
+   cannot fill; ``_sdpa`` makes CPU's choice so results stay bitwise CPU's.
 """
 from __future__ import annotations
 
@@ -113,6 +117,41 @@ def _register_kernels() -> int:
     return n
 
 
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+          enable_gqa=False):
+    """``scaled_dot_product_attention`` as on CPU. Its C++ decomposition asks a DispatchStub
+    for the backend, which a Python backend cannot register, so on ``neuron`` it would always
+    take the math path while CPU takes its flash kernel (results differ in the last bits).
+    Here the choice is CPU's (``_fused_sdp_choice`` runs on the host data) and so is the kernel."""
+    aten = torch.ops.aten
+
+    def cpu_view(t):
+        """A CPU stand-in with what CPU's choice looks at (sizes, strides, dtype,
+        requires_grad) and no data: reading the data would be a sync in adaptive mode."""
+        if t is None or t.device.type != "neuron":
+            return t
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                   requires_grad=t.requires_grad)
+
+    choice = aten._fused_sdp_choice(*map(cpu_view, (q, k, v, attn_mask)), dropout_p, is_causal,
+                                    scale=scale, enable_gqa=enable_gqa)
+    if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+        return aten._scaled_dot_product_attention_math(
+            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+    if attn_mask is not None and attn_mask.dtype == torch.bool:   # convert_boolean_attn_mask
+        attn_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(
+            attn_mask.logical_not(), float("-inf"))
+    return aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
+def _register_sdpa() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    for key in ("PrivateUse1", "AutogradPrivateUse1"):   # the inner ops carry autograd
+        lib.impl("scaled_dot_product_attention", _sdpa, key)
+    _libs.append(lib)
+
+
 def _patch_accelerator() -> None:
     acc = torch.accelerator
     orig_sync = acc.synchronize
@@ -151,7 +190,7 @@ def _patch_tensor() -> None:
     def _reduce_ex_internal(self, proto):
         if self.device.type == "neuron":
             return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                    (self.cpu(), self.dtype, str(self.device), self.requires_grad))
+                    (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
         return orig_reduce(self, proto)
 
     T._reduce_ex_internal = _reduce_ex_internal
@@ -179,7 +218,8 @@ def _patch_serialization() -> None:
     """``torch.load(map_location='neuron')`` restores CPU storages onto the device: PyTorch's own
     path copies bytes into a device storage in C++, which has no bytes here. This restore
     function gives it a neuron storage backed by a host copy instead."""
-    from . import shell
+    from . import memory, shell
+    from .executor import host_device
 
     def restore(obj, location):
         if not str(location).startswith("neuron"):
@@ -187,11 +227,70 @@ def _patch_serialization() -> None:
         dev = torch.device(location)
         if dev.index not in (None, 0):
             raise kernels.bad_index(dev)
-        t = torch.empty(obj.nbytes(), dtype=torch.uint8, device="neuron")
-        shell.host(t).untyped_storage().copy_(obj)
-        return t.untyped_storage()
+        # The loader's fresh CPU storage becomes the device's bytes (a copy only for the CUDA
+        # executor); no device op runs, so nothing is queued by the adaptive runtime.
+        return _onto_device(obj if host_device().type == "cpu" else obj.to(device=host_device()))
+
+    def _onto_device(hs):
+        memory.track(hs, "torch.load")
+        # a fresh-output shell's 0-byte storage: torch.load reads its data_ptr(), which raises on
+        # a null storage that claims bytes; set_ onto it finds the bytes through ``_h``
+        return shell.wrap(torch.empty(0, dtype=torch.uint8, device=hs.device).set_(hs)) \
+            .untyped_storage()
+
+    orig_to = torch.storage._to
+
+    def _to(self, device, non_blocking=False):   # storage.to(device='neuron'), e.g. in a
+        device = torch.device(device)            # callable map_location
+        if device.type != "neuron" or self.device == device:
+            return orig_to(self, device, non_blocking)
+        if device.index not in (None, 0):
+            raise kernels.bad_index(device)
+        hs = torch.UntypedStorage(self.nbytes(), device=host_device())
+        return _onto_device(hs.copy_(self))
+
+    torch.storage._to = _to
 
     torch.serialization.register_package(5, lambda obj: None, restore)
+
+    # Loading a *neuron* checkpoint with a callable map_location (``lambda s, loc: s``, the old
+    # "load on CPU" idiom): PyTorch's rebuild for storage-less backends raises "Callable
+    # map_location not supported". Ask the callable where it puts a (empty) storage instead.
+    utils = torch._utils
+    orig = utils._get_restore_location
+
+    def _get_restore_location(device):
+        ml = torch.serialization._serialization_tls.map_location
+        if callable(ml) and not isinstance(ml, (str, torch.device)):
+            placed = ml(torch.UntypedStorage(0), device)
+            return getattr(placed, "device", device)
+        return orig(device)
+
+    utils._get_restore_location = _get_restore_location
+
+
+def _patch_storage() -> None:
+    """``torch.UntypedStorage(n, device='neuron')`` (also reached by ``storage.to(device=...)``
+    and ``TypedStorage(..., device=...)``) asks C++ for the PrivateUse1 allocator, which a
+    Python backend does not have: it segfaulted. Build the storage from host bytes instead."""
+    from . import memory, shell
+    from .executor import host_device
+
+    U = torch.UntypedStorage
+    orig_new = U.__new__
+
+    def __new__(cls, *args, device=None, **kwargs):
+        if device is None or torch.device(device).type != "neuron":
+            return orig_new(cls, *args, **kwargs) if device is None else \
+                orig_new(cls, *args, device=device, **kwargs)
+        dev = torch.device(device)
+        if dev.index not in (None, 0):
+            raise kernels.bad_index(dev)
+        hs = orig_new(cls, *args, device=host_device(), **kwargs)
+        memory.track(hs, "UntypedStorage")
+        return shell.storage_for(hs)
+
+    U.__new__ = __new__
 
 
 def register() -> None:
@@ -206,8 +305,10 @@ def register() -> None:
     _setup_privateuseone_for_python_backend(rename="neuron", backend_module=module,
                                             hook=_Hooks(), device_guard=_Guard())
     _register_kernels()
+    _register_sdpa()
     autocast.register()
     _patch_accelerator()
     _patch_tensor()
     _patch_serialization()
+    _patch_storage()
     _registered = True

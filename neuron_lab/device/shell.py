@@ -15,6 +15,9 @@ in C++ that never pass through a kernel (``.data``, autograd's saved outputs, ``
 share the StorageImpl, so ``host()`` rebuilds their view from the storage. ``_h is None`` marks a
 storage whose value the adaptive runtime has not produced yet (a pending output).
 
+The conjugate and negative bits (``x.conj()``, ``_neg_view``) live on the TensorImpl, not in the
+bytes: ``wrap`` copies them from the host tensor, ``_recover`` back onto a rebuilt host view.
+
 Shell storages are 0-byte (fresh outputs) or null-pointer storages sized like the host storage
 (views); ``data_ptr()`` is 0 on ``neuron`` as on ``meta``: the bytes are not addressable here.
 """
@@ -28,6 +31,7 @@ _from_ptr = torch._C._construct_storage_from_data_pointer
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _empty = torch.empty
+_set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
 materialize_hook = None  # set by the runtime: fn(shell) -> host tensor, for pending outputs
 
@@ -48,8 +52,21 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
         hs = h.untyped_storage()
         s = _create((0,), h.dtype)
         _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
+    if h.is_conj():       # conjugate/negative views are bits on the TensorImpl, not in the bytes
+        _set_conj(s, True)
+    if h.is_neg():
+        _set_neg(s, True)
     s._d = h
     return s
+
+
+def storage_for(hs) -> torch.UntypedStorage:
+    """A neuron storage backed by host storage ``hs`` and sized like it, for storages made
+    directly (``torch.UntypedStorage(n, device='neuron')``: ``copy_`` and ``nbytes`` must work;
+    its ``data_ptr()`` raises, as for every null storage that claims bytes)."""
+    s = _create((0,), torch.uint8)
+    _restride_into(s, (hs.nbytes(),), (1,), 0, hs.nbytes(), hs)
+    return s.untyped_storage()
 
 
 def restride(s: torch.Tensor, h: torch.Tensor) -> None:
@@ -106,5 +123,9 @@ def _recover(s: torch.Tensor):
         return None
     from .executor import host_device
     d = _empty(0, dtype=s.dtype, device=host_device()).set_(hs, s.storage_offset(), s.size(), s.stride())
+    if s.is_conj():
+        _set_conj(d, True)
+    if s.is_neg():
+        _set_neg(d, True)
     s._d = d
     return d
