@@ -74,13 +74,14 @@ def skip_reason(op) -> str:
 
 
 def _fallbacks() -> dict:
-    return {r["op"]: r["count"] for r in tracking.fallback_ops()}
+    """{"op (reason)": count} of the host fallbacks so far (dtype rules; RNG ops are skipped)."""
+    return {f"{r['op']} ({r['reason']})": r["count"] for r in tracking.fallback_ops()}
 
 
 def check(op, mode: str = "eager", limit: int | None = None) -> dict:
     """One op_db entry: {name, forward, backward, inplace (pass|fail|skip), reasons, ...}."""
-    res = {"name": entry_name(op), "reason": "", "reasons": {}, "samples": 0, "moved": 0,
-           "fallbacks": [], "seconds": 0.0}
+    res = {"name": entry_name(op), "reason": "", "reasons": {}, "notes": [], "samples": 0,
+           "moved": 0, "fallbacks": [], "seconds": 0.0}
     res.update({c: "skip" for c in COLUMNS})
     why = skip_reason(op)
     if why:
@@ -93,11 +94,15 @@ def check(op, mode: str = "eager", limit: int | None = None) -> dict:
               "inplace": "skip"}
     reasons: dict[str, str] = {}
 
+    def note(msg: str) -> None:
+        if msg and msg not in res["notes"]:
+            res["notes"].append(msg)
+
     def fail(col: str, msg: str) -> None:
         status[col] = "fail"
         reasons.setdefault(col, msg)
 
-    before = _fallbacks()
+    fallbacks: set = set()
     with neuron_lab.mode(mode), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -114,10 +119,14 @@ def check(op, mode: str = "eager", limit: int | None = None) -> dict:
             if how != "generated":
                 res["moved"] += 1
                 res.setdefault("moved_why", how)
+            rerun = lambda p=cpu_p: compare.run(op, samples.move(p[:3], "cpu") + p[3:], p[3], grad)  # noqa: E731,E501
+            before = _fallbacks()
             try:
                 d = compare.run(op, dev_p, dev_p[3], grad)
                 neuron_lab.sync()
-                compare.compare(c, d, exact, check_device=samples.on_device(dev_p))
+                after = _fallbacks()
+                fallbacks.update(k for k in after if after[k] > before.get(k, 0))
+                note(compare.agree(c, d, exact, rerun, device=samples.expected_device(dev_p)))
             except Mismatch as e:
                 fail("forward", f"mismatch: {e}")
                 break
@@ -126,7 +135,7 @@ def check(op, mode: str = "eager", limit: int | None = None) -> dict:
                 break
             if grad:
                 try:
-                    compare.compare_grads(c, d, exact)
+                    note(compare.agree(c, d, exact, rerun, grads=True))
                 except Mismatch as e:
                     fail("backward", str(e))
             if inplace is not None and status["inplace"] != "fail":
@@ -140,8 +149,7 @@ def check(op, mode: str = "eager", limit: int | None = None) -> dict:
     res.update(status)
     res["reasons"] = reasons
     res["reason"] = next((reasons[c] for c in COLUMNS if c in reasons), "")
-    after = _fallbacks()
-    res["fallbacks"] = sorted(k for k in after if after[k] > before.get(k, 0))
+    res["fallbacks"] = sorted(fallbacks)
     res["seconds"] = round(time.perf_counter() - t0, 3)
     return res
 
@@ -155,7 +163,8 @@ def _check_inplace(fn, cpu_p, dev_p, exact: bool, status: dict, fail) -> None:
     try:
         d = compare.run_inplace(fn, dev_p)
         neuron_lab.sync()
-        compare.compare(c, d, exact)
+        compare.agree(c, d, exact, lambda: compare.run_inplace(fn, samples.move(cpu_p, "cpu")),
+                      device=None)
     except Mismatch as e:
         fail("inplace", f"in-place: {e}")
     except Exception as e:  # noqa: BLE001

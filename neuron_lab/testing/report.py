@@ -63,6 +63,10 @@ def markdown(results: list[dict], mode: str, seconds: float, full: bool = True) 
                   f"{_cell(x['reason'])} |" for x in failed]
     else:
         lines.append("None.")
+    noted = [x for x in results if x.get("notes")]
+    if noted:
+        lines += ["", "## Passed with a note", ""]
+        lines += [f"- {x['name']}: {'; '.join(x['notes'])}" for x in noted]
     fb = Counter(op for x in results for op in x.get("fallbacks", ()))
     if fb:
         lines += ["", "## Host fallbacks recorded while running float32 samples", "",

@@ -24,11 +24,11 @@ def _parts(s) -> tuple:
 
 
 def move(x, dev: str):
-    """Detached copies on ``dev`` keeping ``requires_grad``; non-tensors unchanged."""
+    """Detached copies on ``dev`` (always new tensors) keeping ``requires_grad``."""
     def one(t):
         if not isinstance(t, torch.Tensor):
             return t
-        c = t.detach().to(dev)
+        c = t.detach().to(dev, copy=True)
         return c.requires_grad_(t.requires_grad) if c.is_floating_point() or c.is_complex() else c
     return tree_map(one, x)
 
@@ -55,11 +55,17 @@ def same(a, b) -> bool:
     return True
 
 
-def on_device(parts) -> bool:
-    """Does this sample put anything on ``neuron`` (so every tensor output must be there)?"""
-    return any(isinstance(x, torch.Tensor) and x.device.type == DEVICE
-               or isinstance(x, (str, torch.device)) and str(x).startswith(DEVICE)
-               for x in tree_flatten(parts[:3])[0])
+def expected_device(parts) -> str | None:
+    """Where this sample's tensor outputs belong: an explicit ``device=`` kwarg, else ``neuron``
+    when it has a neuron tensor or names the device anywhere, else no expectation."""
+    dev = parts[2].get("device") if isinstance(parts[2], dict) else None
+    if dev is not None:
+        return torch.device(dev).type
+    if any(isinstance(x, torch.Tensor) and x.device.type == DEVICE
+           or isinstance(x, (str, torch.device)) and str(x).startswith(DEVICE)
+           for x in tree_flatten(parts[:3])[0]):
+        return DEVICE
+    return None
 
 
 def pairs(op, dtype: torch.dtype, requires_grad: bool, limit: int | None, seed: int = 0):
