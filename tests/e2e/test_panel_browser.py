@@ -10,7 +10,8 @@ One notebook, one scenario, in the order a user meets it:
 3. light and dark screenshots go to test-artifacts/;
 4. the kernel restarts: the panel says not loaded; its button runs `%load_ext neuron_lab`
    and the data comes back, then the cell again fills it, now with a per-cell record;
-5. a page reload restores the panel and reconnects to the running kernel.
+5. a second notebook: the panel follows the current notebook, and back;
+6. a page reload restores the panel and reconnects to the running kernel.
 
 The kernel side is the real one (neuron_lab.jupyter.comm); nothing is faked.
 """
@@ -42,14 +43,18 @@ def _nl(name: str) -> str:
     return f'{PANEL} [data-nl="{name}"]'
 
 
-def _notebook(lab) -> str:
+def _notebook(lab, name: str, *sources: str) -> str:
     nb = {"nbformat": 4, "nbformat_minor": 5,
           "metadata": {"kernelspec": {"name": lab.kernel, "display_name": "neuron_lab e2e",
                                       "language": "python"}},
           "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None,
-                     "outputs": [], "source": src} for i, src in enumerate((CELL, BUSY_CELL))]}
-    (lab.root / "e2e.ipynb").write_text(json.dumps(nb))
-    return "e2e.ipynb"
+                     "outputs": [], "source": src} for i, src in enumerate(sources)]}
+    (lab.root / name).write_text(json.dumps(nb))
+    return name
+
+
+def _tab(page, name: str):
+    return page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
 
 
 def _run_cell(page, index: int) -> None:
@@ -81,7 +86,7 @@ def test_panel_live_restart_reload(page, lab):
 
     art, rate = lab.artifacts, lab.rate_hz
     art.mkdir(exist_ok=True)
-    page.goto(lab.lab_url(_notebook(lab)))
+    page.goto(lab.lab_url(_notebook(lab, "e2e.ipynb", CELL, BUSY_CELL)))
     expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
     assert "/lab-base/" in page.url
 
@@ -135,10 +140,25 @@ def test_panel_live_restart_reload(page, lab):
     expect(page.locator(_nl("cell-row")).first).to_be_visible(timeout=30_000)
     page.locator(PANEL).screenshot(path=str(art / "panel-after-restart-dark.png"))
 
-    # 5. reload: the layout restorer reopens the panel; it reconnects to the same kernel
+    # 5. a second notebook (own kernel, no neuron_lab): the panel follows the current notebook,
+    #    and going back shows the first one's data at once (its model stayed connected)
+    _command(page, "docmanager:open", {"path": _notebook(lab, "other.ipynb", "1 + 1")})
+    expect(page.locator(_nl("notebook"))).to_have_text("other.ipynb", timeout=60_000)
+    expect(page.locator(_nl("not-loaded"))).to_be_visible(timeout=90_000)
+    _tab(page, "e2e.ipynb").click()
+    expect(page.locator(_nl("notebook"))).to_have_text("e2e.ipynb")
+    _shows_data(page, expect, "4.00 MiB")
+    _tab(page, "other.ipynb").click()
+    _command(page, "application:close")
+    page.locator(".jp-Dialog button", has_text="Discard").click()  # lab normalised it on open
+    expect(_tab(page, "other.ipynb")).to_have_count(0)
+    expect(page.locator(_nl("notebook"))).to_have_text("e2e.ipynb")
+
+    # 6. reload: the layout restorer reopens the panel; it reconnects to the same kernel
     page.reload()
-    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
+    expect(_tab(page, "e2e.ipynb")).to_be_visible(timeout=90_000)
     expect(page.locator(PANEL)).to_be_visible(timeout=60_000)
+    _tab(page, "e2e.ipynb").click()  # the workspace may still hold the closed notebook
     _shows_data(page, expect, "4.00 MiB")
     _shows_fallback(page, expect)
 

@@ -29,7 +29,7 @@ export function renderHeader(state: IState, label: string, actions: IHeaderActio
     h(
       'div',
       { class: 'jp-NeuronLab-headerRow' },
-      h('span', { class: 'jp-NeuronLab-notebook', title: label }, label || 'no notebook'),
+      h('span', { class: 'jp-NeuronLab-notebook', title: label, data: { nl: 'notebook' } }, label || 'no notebook'),
       h(
         'span',
         { class: `jp-NeuronLab-badge jp-mod-${state.status}${busy ? ' jp-mod-busy' : ''}`, data: { nl: 'status' } },
