@@ -2,8 +2,11 @@
 
 Every open comm (one per panel/notebook view; several at once are fine) gets ``hello`` and a
 ``snapshot``. While a cell runs, the sampler thread pushes ``memory`` and ``running`` at the
-push rate (default 4 Hz) and ``fallback`` rows when new ones appear; at cell end ``cell`` and a
-fresh ``snapshot``. Messages from the frontend are limited to the schema in ``protocol.py``
+push rate (default 4 Hz) and ``fallback`` rows when new ones appear (only the rows that are new
+or whose count moved: the panel upserts by (op, reason)); at cell end ``cell`` and a fresh
+``snapshot``. While idle, the change watcher (1 Hz, a few counters) pushes ``memory`` and a
+``snapshot`` only when something moved: a background compile finished, a user thread
+allocated or fell back. Messages from the frontend are limited to the schema in ``protocol.py``
 (``request``, ``set_rate``): the panel can never make the kernel run code. A kernel restart is
 a new process: the panel simply opens a new comm.
 """
@@ -15,6 +18,7 @@ from .. import __version__, runtime
 from ..device import executor, memory, tracking
 from ..telemetry import cells, metrics, store
 from ..telemetry.sampler import Sampler
+from ..telemetry.watch import ChangeWatcher
 from . import protocol as P
 
 
@@ -32,11 +36,14 @@ def snapshot_body() -> dict:
 
 
 class Endpoint:
-    def __init__(self, sampler: Sampler) -> None:
+    def __init__(self, sampler: Sampler, watcher: ChangeWatcher | None = None) -> None:
         self.sampler = sampler
+        self.watcher = watcher
         self.comms: list = []
         self.lock = threading.Lock()
-        self._fallback_seen = 0
+        self._fallback_seen = store.fallback_seq
+        self._fallback_pushed = {(r["op"], r["reason"]): r["count"]
+                                 for r in tracking.fallback_ops()}
         self._registered = False
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -44,6 +51,8 @@ class Endpoint:
         from comm import get_comm_manager
         get_comm_manager().register_target(P.TARGET, self._on_open)
         self.sampler.listeners.append(self._on_sample)
+        if self.watcher is not None:
+            self.watcher.listeners.append(self._on_idle_change)
         self._registered = True
 
     def unregister(self) -> None:
@@ -56,6 +65,8 @@ class Endpoint:
             pass
         if self._on_sample in self.sampler.listeners:
             self.sampler.listeners.remove(self._on_sample)
+        if self.watcher is not None and self._on_idle_change in self.watcher.listeners:
+            self.watcher.listeners.remove(self._on_idle_change)
         for c in list(self.comms):
             try:
                 c.close()
@@ -114,10 +125,24 @@ class Endpoint:
         self.push_fallbacks()
 
     def push_fallbacks(self) -> None:
+        """Push the fallback rows that are new or whose count moved since the last push."""
         seq = store.fallback_seq
-        if seq != self._fallback_seen:
-            self._fallback_seen = seq
-            self.broadcast(P.message(P.FALLBACK, rows=tracking.fallback_ops()))
+        if seq == self._fallback_seen:
+            return
+        self._fallback_seen = seq
+        rows = tracking.fallback_ops()
+        pushed = self._fallback_pushed
+        new = [r for r in rows if pushed.get((r["op"], r["reason"])) != r["count"]]
+        self._fallback_pushed = {(r["op"], r["reason"]): r["count"] for r in rows}
+        if new:
+            self.broadcast(P.message(P.FALLBACK, rows=new))
+
+    def _on_idle_change(self) -> None:
+        if not self.comms or cells.running:
+            return
+        self.push_fallbacks()
+        self.broadcast(P.message(P.MEMORY, **store.sample_memory()))
+        self.broadcast(P.message(P.SNAPSHOT, **snapshot_body()))
 
     def cell_finished(self, record: dict | None) -> None:
         if not self.comms:

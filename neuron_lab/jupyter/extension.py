@@ -1,13 +1,16 @@
-"""``%load_ext neuron_lab``: magics, per-cell hooks, the comm target, the sampler.
+"""``%load_ext neuron_lab``: magics, per-cell hooks, the comm target, the sampler, the watcher.
 
-Load and unload are symmetric: unload removes the hooks, the comm target and stops the
-sampler. To load it in every kernel, add to ``ipython_config.py`` (profile_default):
+Two background threads feed the live views: the ``Sampler`` at the push rate while a cell runs
+(started by ``pre_run_cell``, stopped by ``post_run_cell``) and the ``ChangeWatcher`` at 1 Hz
+while idle (paused during cells). Load and unload are symmetric: unload removes the hooks, the
+magics and the comm target and stops both threads. A second ``%load_ext`` is a no-op. To load it in every kernel, add to ``ipython_config.py`` (profile_default):
 ``c.InteractiveShellApp.extensions = ["neuron_lab"]``.
 """
 from __future__ import annotations
 
 from ..telemetry import cells
 from ..telemetry.sampler import Sampler
+from ..telemetry.watch import ChangeWatcher
 from .comm import Endpoint
 from .magics import NeuronMagics
 
@@ -18,6 +21,7 @@ def _pre_run_cell(info) -> None:
     if cells.running:           # a nested run_cell (``%%neuron_profile`` runs its body): one record
         _state["depth"] = _state.get("depth", 0) + 1
         return
+    _state["watcher"].pause()
     cells.start(getattr(info, "cell_id", None))
     _state["sampler"].start()
 
@@ -26,20 +30,28 @@ def _post_run_cell(result) -> None:
     if _state.get("depth"):
         _state["depth"] -= 1
         return
-    sampler = _state["sampler"]
-    sampler.stop()
+    _state["sampler"].stop()
     try:
         record = cells.end()
-    except Exception:  # the cell's own error is reported by IPython; keep the hooks alive
-        record = None
+    finally:
+        _state["watcher"].resume()
     _state["endpoint"].cell_finished(record)
+    for fn in list(_state["cell_listeners"]):     # dashboards
+        try:
+            fn(record)
+        except Exception:
+            pass
+    if cells.last_error is not None:
+        # the cell's queued work failed when it was flushed at cell end: IPython shows this
+        # as an error in the post_run_cell callback; the record (with "error") is kept
+        raise cells.last_error
 
 
 def load_ipython_extension(ipython) -> None:
     if _state:
         return
-    sampler = Sampler()
-    endpoint = Endpoint(sampler)
+    sampler, watcher = Sampler(), ChangeWatcher()
+    endpoint = Endpoint(sampler, watcher)
     try:
         endpoint.register()
     except Exception:           # no kernel (plain IPython terminal): no comm, magics still work
@@ -47,7 +59,9 @@ def load_ipython_extension(ipython) -> None:
     ipython.register_magics(NeuronMagics)
     ipython.events.register("pre_run_cell", _pre_run_cell)
     ipython.events.register("post_run_cell", _post_run_cell)
-    _state.update(sampler=sampler, endpoint=endpoint, ipython=ipython)
+    watcher.start()
+    _state.update(sampler=sampler, watcher=watcher, endpoint=endpoint, ipython=ipython,
+                  cell_listeners=[])
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -56,6 +70,7 @@ def unload_ipython_extension(ipython) -> None:
     ipython.events.unregister("pre_run_cell", _pre_run_cell)
     ipython.events.unregister("post_run_cell", _post_run_cell)
     _state["sampler"].stop()
+    _state["watcher"].stop()
     _state["endpoint"].unregister()
     mm = ipython.magics_manager
     for kind in ("line", "cell"):

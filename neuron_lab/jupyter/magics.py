@@ -6,6 +6,7 @@ terminal gets text; every option is a ``magic_arguments`` argument with help.
 """
 from __future__ import annotations
 
+import re
 import time
 
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -36,6 +37,38 @@ def region_table() -> Table:
     return Table("neuron region cache", rows, note=(
         f"{s['regions']} regions, hit rate {s['hit_rate']:.1%}, fused share {s['fused_share']:.1%},"
         f" compiles pending {s['compiles_pending']}, failed {s['compiles_failed']}"))
+
+
+_TOKEN = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
+_VALUE_OPTIONS = ("--top", "--export")
+
+
+def split_options(line: str) -> tuple[str, str]:
+    """Split ``%neuron_profile``'s line into its leading options and the statement, verbatim.
+
+    argparse would otherwise read the statement too (``(x * -2).sum()`` is "an unknown option
+    -2"); options are only recognised before the statement, and ``--`` ends them.
+    """
+    opts, pos = [], 0
+    while True:
+        m = _TOKEN.match(line, pos)
+        if m is None or not m.group(1).startswith("-"):
+            break
+        tok = m.group(1)
+        pos = m.end()
+        if tok == "--":
+            break
+        opts.append(tok)
+        if tok in _VALUE_OPTIONS:
+            v = _TOKEN.match(line, pos)
+            if v is not None:
+                opts.append(v.group(1))
+                pos = v.end()
+        elif tok.split("=", 1)[0] not in _VALUE_OPTIONS + ("-h", "--help"):
+            opts.pop()                      # not ours: the statement starts here (``-x + 1``)
+            pos = m.start()
+            break
+    return " ".join(opts), line[pos:].strip()
 
 
 @magics_class
@@ -69,12 +102,13 @@ class NeuronMagics(Magics):
     @magic_arguments()
     @argument("--top", type=int, default=10, help="how many ops to list (by count)")
     @argument("--export", default=None, help="directory for the Chrome trace and launch tables")
-    @argument("statement", nargs="*", help="statement to profile (line magic)")
+    @argument("statement", nargs="*", help="statement to profile (line magic), after the options")
     @line_cell_magic
     def neuron_profile(self, line: str = "", cell: str | None = None):
         """Profile a statement or cell: top ops, launches, compile time, fallbacks, peak memory."""
-        args = parse_argstring(self.neuron_profile, line)
-        code = cell if cell is not None else " ".join(args.statement)
+        options, statement = split_options(line)
+        args = parse_argstring(self.neuron_profile, options)
+        code = cell if cell is not None else statement
         before = tracking.executed_ops()
         fb_before = {(f["op"], f["reason"]): f["count"] for f in tracking.fallback_ops()}
         rs0 = runtime.stats()

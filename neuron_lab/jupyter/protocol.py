@@ -10,10 +10,11 @@ protocol version). The comm target is named ``TARGET``.
 Kernel -> frontend
 ------------------
 ``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz}
-``snapshot``  the full state (answer to ``request`` and periodic while idle-on-change):
+``snapshot``  the full state (answer to ``request``, at cell end, and when idle on change):
               {memory, fallbacks, cells, running, regions, counters}
 ``memory``    one memory sample: {t, allocated, reserved, peak, capacity}
-``fallback``  new fallback rows since the last push: {rows: [{op, reason, count, locations}]}
+``fallback``  rows new or changed (count) since the last push; upsert by (op, reason):
+              {rows: [{op, reason, count, locations, source}]}
 ``cell``      a finished cell record: {record: {cell_id, wall_s, device_s, ops, launches,
               fused_share, compiles, fallbacks, peak_bytes, started}}
 ``running``   live timing of the running cell: {cell_id, elapsed_s, ops, ops_per_s,

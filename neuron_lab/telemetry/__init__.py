@@ -1,13 +1,18 @@
 """Layer 3, telemetry: counters, launch/compile records, memory samples, per-cell records.
 
 ``store`` (subscribed to the device/runtime event bus), ``cells`` (per-cell records),
-``sampler`` (background memory sampling while a cell runs), ``metrics()`` /
-``metrics_report()`` (snapshot and text), ``profile()`` (torch.profiler + exports).
+``sampler`` (background memory sampling while a cell runs), ``watch`` (change detection while
+idle), ``metrics()`` / ``metrics_report()`` (snapshot and text), ``profile()`` (torch.profiler
+and the exporters in ``export``).
 """
 from .cells import cells
-from .profile import export_table, profile
+from .export import export_chrome_trace, export_table, read_table
+from .profile import profile
 from .report import metrics, metrics_report
 from .sampler import Sampler
 from .store import store
+from .watch import ChangeWatcher
 
-__all__ = ["metrics", "metrics_report", "profile", "export_table", "store", "cells", "Sampler"]
+__all__ = ["metrics", "metrics_report", "profile", "export_table", "read_table",
+           "export_chrome_trace", "store", "cells", "Sampler",
+           "ChangeWatcher"]

@@ -5,6 +5,10 @@
 re-run of a cell meets a cache boundary at the same place) and returns the deltas: wall time,
 device time (host seconds spent in launches), ops, launches, fused share, compiles, fallbacks,
 peak memory. ``live()`` gives the running cell's figures for the side panel.
+
+If that flush raises (queued work failed), the record is still written, with ``error`` set, the
+tracker is idle again, and the exception is kept in ``last_error`` for the caller to re-raise:
+a failing cell must never leave the tracker stuck "running".
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class CellTracker:
         self.started = 0.0
         self.base: dict = {}
         self.count = 0
+        self.last_error: BaseException | None = None
 
     @property
     def running(self) -> bool:
@@ -60,18 +65,26 @@ class CellTracker:
                 "fused_share": d["fused_share"], "compile_queue": runtime.stats()["compiles_pending"]}
 
     def end(self) -> dict | None:
+        self.last_error = None
         if not self.running:
             return None
-        runtime.sync("cell-end")
-        d = self._delta()
+        try:
+            runtime.sync("cell-end")
+        except Exception as e:
+            self.last_error = e
+        try:
+            d = self._delta()
+        finally:
+            cell_id, self.cell_id = self.cell_id, None
         self.count += 1
-        rec = {"cell_id": self.cell_id, "index": self.count, "started": self.started,
+        err = self.last_error
+        rec = {"cell_id": cell_id, "index": self.count, "started": self.started,
                "wall_s": time.time() - self.started, "device_s": d["launch_s"], "ops": d["ops"],
                "launches": d["launches"], "fused_share": d["fused_share"],
                "compiles": d["compiles"], "fallbacks": d["fallbacks"],
-               "peak_bytes": memory.max_memory_allocated()}
+               "peak_bytes": memory.max_memory_allocated(),
+               "error": f"{type(err).__name__}: {err}" if err is not None else None}
         store.add_cell(rec)
-        self.cell_id = None
         return rec
 
 

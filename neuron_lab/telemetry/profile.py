@@ -2,84 +2,101 @@
 
 Launches and compiles appear as ``neuron::fused[region N]`` / ``neuron::per-op[...]`` /
 ``neuron::compile[...]`` ranges (the runtime opens ``record_function`` ranges while a profiler
-is active). On exit: a Chrome trace (``trace.json``, open in Perfetto or chrome://tracing), and
-the launch records and per-cell records as Parquet when ``pyarrow`` is installed (the
-``parquet`` extra), else CSV.
+is active). While the block runs, a private sampler reads device memory at 20 Hz (not into the
+shared timeline, which the views draw at their own pace). On exit, under ``out_dir``:
+
+- ``trace.json``: the Chrome trace (Perfetto, chrome://tracing) with a ``neuron memory``
+  counter track and a ``neuron fallback`` marker per fallback (``export.export_chrome_trace``);
+- ``launches``, ``cells``, ``memory``, ``fallbacks``, ``runtime``: tables as Parquet when
+  ``pyarrow`` is installed, else CSV (``export.export_table``; ``export.read_table`` reads back).
+
+The block ends with ``runtime.sync("profile-end")`` so its queued work is inside the profile.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import time
 
 import torch
 
+from ..device import tracking
+from .export import export_chrome_trace, export_table
 from .report import metrics
+from .sampler import Sampler
 from .store import store
 
-
-def export_table(rows: list[dict], path_base: str) -> str:
-    """Write ``rows`` to ``path_base.parquet`` (pyarrow) or ``path_base.csv``; returns the path."""
-    cols = sorted({k for r in rows for k in r})
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        path = path_base + ".csv"
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(rows)
-        return path
-    path = path_base + ".parquet"
-    table = pa.table({c: [r.get(c) for r in rows] for c in cols}) if cols else pa.table({})
-    pq.write_table(table, path)
-    return path
+PROFILE_SAMPLE_HZ = 20.0
 
 
 class Profile:
-    """Result of a ``profile()`` block: the torch profiler, paths written, summary numbers."""
+    """Result of a ``profile()`` block: the torch profiler, paths written, the records."""
 
     def __init__(self, out_dir: str) -> None:
         self.out_dir = out_dir
         self.prof: torch.profiler.profile | None = None
         self.trace_path = self.launches_path = self.cells_path = None
+        self.memory_path = self.fallbacks_path = self.runtime_path = None
         self.launches: list[dict] = []
+        self.memory: list[dict] = []
+        self.fallback_events: list[dict] = []
         self.wall_s = 0.0
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((s["peak"] for s in self.memory), default=0)
 
     def key_averages(self):
         return self.prof.key_averages()
 
 
+def _write(result: Profile, trace: bool, tables: bool) -> None:
+    out = result.out_dir
+    if trace:
+        result.trace_path = export_chrome_trace(result.prof, os.path.join(out, "trace.json"),
+                                                memory=result.memory,
+                                                fallbacks=result.fallback_events)
+    if tables:
+        with store.lock:
+            cells = list(store.cells)
+        result.launches_path = export_table(result.launches, os.path.join(out, "launches"))
+        result.cells_path = export_table(cells, os.path.join(out, "cells"))
+        result.memory_path = export_table(result.memory, os.path.join(out, "memory"))
+        result.fallbacks_path = export_table(tracking.fallback_ops(), os.path.join(out, "fallbacks"))
+        m = metrics()
+        result.runtime_path = export_table(
+            [{"name": k, "value": float(v)} for k, v in m["runtime"].items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)],
+            os.path.join(out, "runtime"))
+
+
 @contextlib.contextmanager
 def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: bool = True,
             tables: bool = True):
-    """Profile the block; writes ``trace.json`` and launch/cell tables under ``out_dir``
-    (``path=`` is the same directory, by keyword)."""
+    """Profile the block; writes ``trace.json`` and the tables under ``out_dir``
+    (``path=`` is the same directory, by keyword; ``trace=False, tables=False`` writes nothing)."""
     from .. import runtime
     out_dir = path or out_dir
-    os.makedirs(out_dir, exist_ok=True)
+    if trace or tables:
+        os.makedirs(out_dir, exist_ok=True)
     result = Profile(out_dir)
-    with store.lock:
-        n0 = len(store.launches)
+    sampler = Sampler(PROFILE_SAMPLE_HZ, record=False)
+    sampler.listeners.append(result.memory.append)
     t0 = time.time()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        try:
-            yield result
-        finally:
-            runtime.sync("profile-end")
+    sampler.tick()
+    sampler.start()
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            try:
+                yield result
+            finally:
+                runtime.sync("profile-end")
+    finally:
+        sampler.stop()
+        sampler.tick()
     result.prof = prof
     result.wall_s = time.time() - t0
-    with store.lock:
-        result.launches = [dict(r) for r in list(store.launches)[n0:]]
-        cells = list(store.cells)
-    if trace:
-        result.trace_path = os.path.join(out_dir, "trace.json")
-        prof.export_chrome_trace(result.trace_path)
-    if tables:
-        result.launches_path = export_table(result.launches, os.path.join(out_dir, "launches"))
-        result.cells_path = export_table(cells, os.path.join(out_dir, "cells"))
-        m = metrics()
-        export_table([{"name": k, "value": v} for k, v in m["runtime"].items()
-                      if isinstance(v, (int, float))], os.path.join(out_dir, "runtime"))
+    with store.lock:    # by time, not index: the record buffers are rings
+        result.launches = [dict(r) for r in store.launches if r["t"] >= t0]
+        result.fallback_events = [dict(e) for e in store.fallback_events if e["t"] >= t0]
+    _write(result, trace, tables)

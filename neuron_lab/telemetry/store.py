@@ -62,10 +62,16 @@ class Store:
                 self.oom.append({"t": now, **p})
 
     # --- memory ---------------------------------------------------------------------------
+    @staticmethod
+    def read_memory() -> dict:
+        """One memory sample, not recorded."""
+        return {"t": time.time(), "allocated": memory.memory_allocated(),
+                "reserved": memory.memory_reserved(), "peak": memory.max_memory_allocated(),
+                "capacity": memory.capacity()}
+
     def sample_memory(self) -> dict:
-        s = {"t": time.time(), "allocated": memory.memory_allocated(),
-             "reserved": memory.memory_reserved(), "peak": memory.max_memory_allocated(),
-             "capacity": memory.capacity()}
+        """One memory sample, appended to the bounded timeline the views draw."""
+        s = self.read_memory()
         with self.lock:
             self.memory.append(s)
         return s

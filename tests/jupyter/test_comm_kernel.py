@@ -58,7 +58,7 @@ def test_comm_pushes_memory_and_fallbacks_while_cell_runs(kernel):
     assert any(d["allocated"] >= 16384 for d in live_mem), live_mem[-3:]
     live_fb = [d for d, busy in msgs if d["type"] == P.FALLBACK and busy]
     assert live_fb, [d["type"] for d, _ in msgs]
-    row = next(r for r in live_fb[-1]["rows"] if r["op"] == "aten::sum")
+    row = next(r for d in live_fb for r in d["rows"] if r["op"] == "aten::sum")
     assert "float64" in row["reason"] and row["locations"][0].endswith(":3")
     assert any(d["type"] == P.RUNNING and busy and d["cell_id"] for d, busy in msgs)
     cell = next(d["record"] for d, _ in msgs if d["type"] == P.CELL)
@@ -75,10 +75,49 @@ def test_comm_pushes_memory_and_fallbacks_while_cell_runs(kernel):
     assert kinds[P.SNAPSHOT]["memory"]["allocated"] >= 16384
 
 
-def test_two_frontends_both_receive(kernel):
+IDLE_WORK = """import threading
+def later():
+    time.sleep(0.8)
+    globals()['late'] = torch.empty(1 << 15, device='neuron')
+    time.sleep(0.3)
+    torch.zeros(2, device='neuron', dtype=torch.float64).mean()
+threading.Thread(target=later).start()
+"""
+
+
+def test_two_frontends_idle_pushes_and_restart(kernel, kernel_manager):
     kc = kernel
-    _execute(kc, "import torch, neuron_lab\n%load_ext neuron_lab")
+    _execute(kc, "import torch, time, neuron_lab\n%load_ext neuron_lab\n"
+                 "s = torch.ones(3, device='neuron', dtype=torch.float64).sum()")
     _open_comm(kc)
     _open_comm(kc)
     hellos = _collect(kc, lambda o, m: sum(d["type"] == P.SNAPSHOT for d, _ in o) >= 2)
     assert sum(d["type"] == P.HELLO for d, _ in hellos) == 2
+
+    # work done by a user thread after the cell ended: pushed on change while idle, to both
+    _execute(kc, IDLE_WORK)
+
+    def done(o, m):
+        return sum(d["type"] == P.SNAPSHOT and not busy and d["memory"]["allocated"] >= 1 << 17
+                   for d, busy in o) >= 2 and any(
+            d["type"] == P.FALLBACK and not busy and any(r["op"] == "aten::mean" for r in d["rows"])
+            for d, busy in o)
+    msgs = _collect(kc, done, timeout=30)
+    snaps = [d for d, busy in msgs if d["type"] == P.SNAPSHOT and not busy
+             and d["memory"]["allocated"] >= 1 << 17]
+    assert len(snaps) >= 2, [d["type"] for d, _ in msgs]     # one per frontend
+    fb = [d for d, busy in msgs if d["type"] == P.FALLBACK and not busy]
+    ops = {r["op"] for d in fb for r in d["rows"]}
+    assert "aten::mean" in ops and "aten::sum" not in ops    # only new/changed rows
+    mean = next(r for d in fb for r in d["rows"] if r["op"] == "aten::mean")
+    assert mean["locations"][0].endswith(":6"), mean          # the thread's line in the cell
+
+    # restart: a new process, fresh state; the panel opens a new comm after %load_ext
+    kernel_manager.restart_kernel(now=True)
+    kc.wait_for_ready(timeout=120)
+    _execute(kc, "%load_ext neuron_lab")
+    _open_comm(kc)
+    fresh = _collect(kc, lambda o, m: any(d["type"] == P.SNAPSHOT for d, _ in o))
+    snap = next(d for d, _ in fresh if d["type"] == P.SNAPSHOT)
+    assert snap["fallbacks"] == [] and snap["memory"]["allocated"] == 0
+    assert len(snap["cells"]) <= 1                           # at most the %load_ext cell

@@ -61,11 +61,43 @@ def test_per_cell_records(ip):
 
 
 def test_unload_is_symmetric():
+    import threading
+    from neuron_lab.jupyter import extension
     shell = InteractiveShell.instance()
+    n_pre = len(shell.events.callbacks["pre_run_cell"])
     shell.run_line_magic("unload_ext", "neuron_lab")
     assert "neuron" not in shell.magics_manager.magics["line"]
+    assert "neuron_profile" not in shell.magics_manager.magics["cell"]
+    assert len(shell.events.callbacks["pre_run_cell"]) == n_pre - 1 and not extension._state
+    assert not any(t.name in ("neuron_lab-sampler", "neuron_lab-watch")
+                   for t in threading.enumerate() if t.is_alive()), threading.enumerate()
     shell.run_line_magic("load_ext", "neuron_lab")
     assert "neuron" in shell.magics_manager.magics["line"]
+    assert extension._state["watcher"].alive
+
+
+def test_line_profile_takes_the_statement_verbatim(ip):
+    run(ip, "pv = torch.ones(8, device='neuron')")
+    out = ip.run_line_magic("neuron_profile", "--top 2 pw = (pv * -2).sum().item()")
+    assert ip.user_ns["pw"] == -16.0                            # "-2" was not read as an option
+    assert len(out.rows) <= 2 and "aten::mul.Tensor" in repr(out)
+
+
+def test_a_failing_cell_end_flush_is_shown_and_the_hooks_survive(ip, monkeypatch):
+    import importlib
+    from neuron_lab.telemetry import cells, store
+    cells_module = importlib.import_module("neuron_lab.telemetry.cells")
+
+    def boom(reason="synchronize"):
+        raise RuntimeError("deferred op failed")
+    monkeypatch.setattr(cells_module.runtime, "sync", boom)
+    ip.run_cell("e1 = torch.ones(4, device='neuron') + 1", cell_id="bad")
+    monkeypatch.undo()
+    assert store.cells[-1]["cell_id"] == "bad"
+    assert store.cells[-1]["error"] == "RuntimeError: deferred op failed"
+    assert not cells.running                                    # not stuck "running"
+    run(ip, "e2 = (torch.ones(4, device='neuron') * 2).sum().item()")
+    assert store.cells[-1]["error"] is None and store.cells[-1]["ops"] >= 2
 
 
 def test_cell_id_keys_the_record_and_a_profiled_cell_is_one_record(ip):

@@ -1,7 +1,9 @@
 """metrics() is JSON-safe and carries real numbers; profile() exports a loadable Chrome trace
-with the runtime's launch ranges and tables that round-trip."""
-import csv
+with the runtime's launch ranges, a memory counter track and fallback markers, and tables that
+round-trip through Parquet and CSV."""
+import inspect
 import json
+import time
 
 import pyarrow.parquet as pq
 import torch
@@ -9,7 +11,7 @@ import torch
 import neuron_lab
 from neuron_lab import runtime
 from neuron_lab.runtime import knobs
-from neuron_lab.telemetry import export_table
+from neuron_lab.telemetry import export_table, read_table
 
 
 def test_metrics_snapshot_is_json_and_real():
@@ -31,18 +33,35 @@ def test_profile_exports_trace_with_launch_ranges(tmp_path):
     with knobs.COMPILE.scoped(False), neuron_lab.profile(str(tmp_path)) as prof:
         for _ in range(4):
             (x * 2 + 1).sum().item()
+        big = torch.empty(1 << 18, device="neuron")                      # 1 MiB
+        time.sleep(0.2)
+        line = inspect.currentframe().f_lineno + 1
+        torch.ones(3, device="neuron", dtype=torch.float64).sum()
     trace = json.load(open(prof.trace_path))
-    names = {e.get("name", "") for e in trace["traceEvents"]}
+    events = trace["traceEvents"]
+    names = {e.get("name", "") for e in events}
     assert any(n.startswith("neuron::per-op[region") for n in names), sorted(names)[:20]
+    launches = [e for e in events if e.get("name", "").startswith("neuron::per-op[")]
+    mem = [e for e in events if e.get("name") == "neuron memory"]
+    assert mem and max(e["args"]["allocated"] for e in mem) >= 1 << 20
+    t_launch = min(e["ts"] for e in launches)             # same clock as the profiler's ranges
+    assert min(e["ts"] for e in mem) <= t_launch <= max(e["ts"] for e in mem)
+    fb = [e for e in events if e.get("name") == "neuron fallback: aten::sum"]
+    assert fb and fb[0]["ph"] == "i" and fb[0]["args"]["location"].endswith(f":{line}")
     table = pq.read_table(prof.launches_path).to_pylist()
     assert len(table) == len(prof.launches) >= 3
-    assert all(r["kind"] == "per-op" and r["ops"] == 3 for r in table)   # mul, add, sum
+    assert all(r["ops"] == 3 for r in table if r["kind"] == "per-op")   # mul, add, sum
+    assert prof.peak_bytes >= 1 << 20
+    fbs = read_table(prof.fallbacks_path)
+    assert any(r["op"] == "aten::sum" and str(line) in r["locations"] for r in fbs)
+    del big
 
 
 def test_tables_round_trip_csv_and_parquet(tmp_path, monkeypatch):
-    rows = [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+    rows = [{"a": 1, "b": "x", "f": 0.5, "loc": ["f.py:1"]}, {"a": 2, "b": "y", "f": None, "loc": []}]
+    flat = [dict(r, loc=json.dumps(r["loc"])) for r in rows]     # nested values as JSON text
     p = export_table(rows, str(tmp_path / "t"))
-    assert pq.read_table(p).to_pylist() == rows
+    assert p.endswith(".parquet") and read_table(p) == flat
     import builtins
     real_import = builtins.__import__
 
@@ -52,5 +71,4 @@ def test_tables_round_trip_csv_and_parquet(tmp_path, monkeypatch):
         return real_import(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     p = export_table(rows, str(tmp_path / "t2"))
-    assert p.endswith(".csv")
-    assert [dict(r, a=int(r["a"])) for r in csv.DictReader(open(p))] == rows
+    assert p.endswith(".csv") and read_table(p) == flat
