@@ -1,31 +1,65 @@
 """``python -m neuron_lab run SCRIPT.py [args] [--json FILE]``: run a script on the device.
 
-The script runs as ``__main__`` with ``sys.argv`` set to the script and its arguments, after
-``import neuron_lab``; at exit the metrics report is printed (stderr) and optionally saved as
-JSON; the process exits with the script's own exit code (an uncaught exception: 1, with its
-traceback). While fused programs compile, a progress line is shown on stderr.
+The script runs as ``__main__`` the way ``python SCRIPT.py`` would run it (``sys.argv`` is the
+script and its arguments, the script's folder is ``sys.path[0]``), after ``import neuron_lab``
+has registered the device. At exit the adaptive queue is flushed, the metrics report is printed
+on stderr (stdout stays the script's) and optionally saved as JSON; the process exits with the
+script's own exit code: ``sys.exit(n)`` -> n, ``sys.exit("msg")`` -> the message and 1, an
+uncaught exception -> its traceback and 1, Ctrl-C -> 130. While fused programs compile in the
+background a progress line is shown on stderr (rewritten in place on a terminal, one line per
+change otherwise, so logs stay readable). Options for ``run`` go before the script name.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 import threading
 import traceback
 
+PROGRESS_POLL_S = 0.5
 
-def _progress(stop: threading.Event) -> None:
+
+def progress_line(stats: dict) -> str | None:
+    """The line to show for the compile queue, or None when nothing is compiling."""
+    pending = stats.get("compiles_pending", 0)
+    if not pending:
+        return None
+    return (f"[neuron_lab] compiling {pending} fused program(s) in the background "
+            f"({stats.get('compiles_done', 0)} ready, {stats.get('compiles_failed', 0)} failed; "
+            f"running per-op meanwhile)")
+
+
+def _progress(stop: threading.Event, stream=sys.stderr) -> None:
     from . import runtime
-    shown = False
-    while not stop.wait(1.0):
-        n = runtime.stats()["compiles_pending"]
-        if n:
-            print(f"\r[neuron_lab] compiling {n} fused program(s)...", end="", file=sys.stderr)
-            shown = True
-        elif shown:
-            print("\r[neuron_lab] fused programs ready.          ", file=sys.stderr)
-            shown = False
+    tty = stream.isatty()
+    last = None
+    while not stop.wait(PROGRESS_POLL_S):
+        line = progress_line(runtime.stats())
+        if line == last:
+            continue
+        if line is not None:
+            print(("\r\033[K" if tty else "") + line, end="" if tty else "\n", file=stream,
+                  flush=True)
+        elif last is not None:
+            s = runtime.stats()
+            done = (f"[neuron_lab] fused programs ready ({s.get('compiles_done', 0)} done, "
+                    f"{s.get('compiles_failed', 0)} failed)")
+            print(("\r\033[K" if tty else "") + done, file=stream, flush=True)
+        last = line
+    if tty and last is not None:
+        print(file=stream)
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)              # what python does with sys.exit("message")
+    return 1
 
 
 def run(argv: list[str]) -> int:
@@ -33,24 +67,38 @@ def run(argv: list[str]) -> int:
                                 description="Run a script on the neuron device and report.")
     p.add_argument("--json", help="also write metrics() to this JSON file")
     p.add_argument("--quiet", action="store_true", help="do not print the report")
-    p.add_argument("script")
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.add_argument("script", help="the Python script to run as __main__")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     a = p.parse_args(argv)
+    if not os.path.isfile(a.script):
+        print(f"python -m neuron_lab run: can't open file {a.script!r}", file=sys.stderr)
+        return 2
     import neuron_lab
     stop = threading.Event()
-    threading.Thread(target=_progress, args=(stop,), daemon=True).start()
+    progress = threading.Thread(target=_progress, args=(stop,), name="neuron_lab-progress",
+                                daemon=True)
+    progress.start()
     sys.argv = [a.script] + a.args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     code = 0
     try:
         runpy.run_path(a.script, run_name="__main__")
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = _exit_code(e)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 130
     except BaseException:
         traceback.print_exc()
         code = 1
     finally:
+        try:
+            neuron_lab.sync("exit")
+        except Exception:
+            traceback.print_exc()
+            code = code or 1
         stop.set()
-        neuron_lab.sync("exit")
+        progress.join(2.0)
         if not a.quiet:
             print(neuron_lab.metrics_report(), file=sys.stderr)
         if a.json:
@@ -62,7 +110,7 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "run":
-        print("usage: python -m neuron_lab run SCRIPT.py [args] [--json FILE]\n"
+        print("usage: python -m neuron_lab run [--json FILE] [--quiet] SCRIPT.py [args]\n"
               "       python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png]",
               file=sys.stderr)
         return 2
