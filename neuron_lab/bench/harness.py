@@ -48,12 +48,14 @@ class Config:
     sampling_budget_s: float = 20.0    # a very slow peer takes fewer samples (never under 3)
     fresh_budget_s: float = 120.0      # W4's N-step run stops here and extrapolates (recorded)
     fresh_steps: int = 200
+    first_step_repeats: int = 5
 
     @classmethod
     def make(cls, quick: bool) -> "Config":
         if quick:
             return cls(quick=True, warm_s=0.25, sample_s=0.05, repeats=7, compile_timeout_s=15.0,
-                       settle_rounds=1, sampling_budget_s=3.0, fresh_budget_s=15.0, fresh_steps=10)
+                       settle_rounds=1, sampling_budget_s=3.0, fresh_budget_s=15.0, fresh_steps=10,
+                       first_step_repeats=2)
         return cls()
 
 

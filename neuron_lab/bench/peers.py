@@ -17,7 +17,10 @@ from an empty region cache); ``sampling()`` (context for one timed sample); ``co
 boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
 (adaptive only: wait for background compiles, warm again, until no compile was queued);
 ``cleanup(cfg)`` / ``quiesce(cfg)`` (between peers and between samples: let background compiles
-finish so they do not steal the next peer's core); ``unavailable`` (skip reason when the peer cannot run here).
+finish so they do not steal the next peer's core); ``fresh()`` (forget a model: the adaptive
+peer empties its region cache) with ``fresh_repeatable`` (False where in-process compile caches
+make a second fresh model cheaper: torch.compile, torch._lazy); ``unavailable`` (skip reason
+when the peer cannot run here).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ class Peer:
     name = "native"
     device = "cpu"
     unavailable: str | None = None
+    fresh_repeatable = True     # a second fresh model's first step costs what the first's did
 
     @property
     def label(self) -> str:
@@ -66,6 +70,9 @@ class Peer:
 
     def quiesce(self, cfg) -> None:
         pass
+
+    def fresh(self) -> None:
+        """Forget what the peer learned from a model (before measuring another fresh one)."""
 
     def extra(self) -> dict:
         return {}
@@ -126,6 +133,11 @@ class NeuronAdaptive(NeuronEager):
         if runtime.stats()["compiles_pending"]:
             runtime.wait_compiles(cfg.quiesce_timeout_s)
 
+    def fresh(self) -> None:
+        from neuron_lab import runtime
+        runtime.wait_compiles(None)
+        runtime.reset()
+
     def extra(self) -> dict:
         """Runtime counters since this workload started (the engine is reset per workload)."""
         from neuron_lab import runtime
@@ -146,6 +158,7 @@ class NeuronAdaptive(NeuronEager):
 
 class Compile(Peer):
     name = "compile"
+    fresh_repeatable = False
 
     def compile(self, fn):
         return torch.compile(fn)
@@ -156,6 +169,7 @@ class Compile(Peer):
 
 class Lazy(Peer):
     name, device = "lazy", "lazy"
+    fresh_repeatable = False
     _ready: bool | None = None
 
     def __init__(self) -> None:

@@ -6,14 +6,19 @@ does not look at every loss); each timed sample ends with the peer's ``sync()``,
 window, so queued work is paid for. Steady state (steps/s) follows the harness's warm-up rules.
 
 W4 also measures what a user sees from a fresh model, *without* waiting for background compiles:
-``first_step_s`` — from the first ``train_step`` call until its loss is on the host (``.item()``);
+``first_step_s`` — from the first ``train_step`` call until its loss is on the host (``.item()``),
+on a fresh model (and, adaptive, an empty region cache) each time: ``cfg.first_step_repeats``
+samples (5; 2 with ``--quick``) for the peers whose first step is repeatable in one process,
+one for torch.compile and torch._lazy (their in-process compile caches make a second fresh
+model cheaper than a first);
 ``total_s`` — from the same start until step N's loss is on the host (N = 200, 10 with
 ``--quick``), compiles included (torch.compile's happen inside the first step; the adaptive
-runtime's in a background thread that competes for the same 2 cores). A peer still short of N
+runtime's in a background thread that competes for the same 2 cores); that is a single
+measurement, so it carries one sample. A peer still short of N
 steps after ``cfg.fresh_budget_s`` (120 s; torch._lazy re-traces every step) stops there and
 the rest is extrapolated from its mean step time after the first; the JSON's ``fresh_run``
 records ``steps_run`` and ``measured_s`` when that happened. Those two are single
-measurements (a fresh model and a fresh region cache each), so they carry one sample.
+measurement (a fresh model and a fresh region cache), so it carries one sample.
 """
 from __future__ import annotations
 
@@ -39,6 +44,13 @@ def run_w3(peer, cfg) -> dict:
 
 def run_w4(peer, cfg) -> dict:
     steps = cfg.fresh_steps
+    firsts = []
+    for _ in range(cfg.first_step_repeats - 1 if peer.fresh_repeatable else 0):
+        it = _loop(peer, *models.make("gpt", peer))
+        t0 = perf()
+        it().item()
+        firsts.append(perf() - t0)
+        peer.fresh()
     it = _loop(peer, *models.make("gpt", peer))
     t0 = perf()
     first_loss = it().item()
@@ -55,7 +67,7 @@ def run_w4(peer, cfg) -> dict:
         total += (steps - done) * (total - first) / (done - 1)
     fresh.update(peer.extra())
     return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
-            "first_step_s": first, "total_s": total,
+            "first_step_s": firsts + [first], "total_s": total,
             "extra": lambda: {"fresh_run": fresh, "steady": peer.extra()}}
 
 
