@@ -9,10 +9,13 @@
  * - A comm is opened once the kernel is idle or busy. ipykernel answers a comm_open for an
  *   unknown target with comm_close: that is the `not-loaded` signal. A kernel that says
  *   nothing within `helloTimeoutMs` while idle is treated the same way.
- * - In `not-loaded`, the first `idle` after any code ran (an `execute_input` on iopub) probes
- *   again, quietly, so a user's own `%load_ext neuron_lab` cell brings the panel up without a
- *   click. Not on every busy -> idle: the probe's own comm_open makes the kernel busy, and
- *   probing on that would loop.
+ * - In `not-loaded`, the first `idle` after code that mentions `neuron_lab` ran (seen as an
+ *   `execute_input` on iopub, from any client) probes again, quietly, so a user's own
+ *   `%load_ext neuron_lab` cell brings the panel up without a click. Not on every busy -> idle
+ *   (the probe's own comm_open makes the kernel busy: that would loop), and not after every
+ *   cell (each probe of an unloaded kernel logs "No such comm target" in the kernel's log).
+ *   Loaded some other way (`%run setup.py`)? The button's `%load_ext` is then a no-op that
+ *   connects.
  * - `restarting` / `autorestarting` drop the comm (the process is gone) and the next `idle`
  *   reconnects; `dead` stays dead until the kernel changes.
  * - The refresh rate is pushed as `set_rate` after the first `hello` of each comm when it
@@ -196,7 +199,8 @@ export class NeuronModel implements IDisposable {
 
   private _onIopub(kernel: Kernel.IKernelConnection, msg: KM.IIOPubMessage): void {
     if (kernel === this._kernel && msg.header.msg_type === 'execute_input') {
-      this._ranCode = true;
+      const code = (msg.content as KM.IExecuteInputMsg['content']).code ?? '';
+      this._ranCode = this._ranCode || code.includes(TARGET);
     }
   }
 

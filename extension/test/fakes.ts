@@ -94,9 +94,9 @@ export class FakeKernel {
     return { done: Promise.resolve({ content: this.executeReply }) };
   }
   /** another client (the notebook) runs a cell: busy, execute_input, idle */
-  runCell(body: () => void = () => {}): void {
+  runCell(code = 'x = 1', body: () => void = () => {}): void {
     this.setStatus('busy');
-    this.iopubMessage.emit({ header: { msg_type: 'execute_input' }, content: {} });
+    this.iopubMessage.emit({ header: { msg_type: 'execute_input' }, content: { code } });
     body();
     this.setStatus('idle');
   }

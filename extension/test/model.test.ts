@@ -99,10 +99,12 @@ describe('not loaded', () => {
     k.setStatus('busy'); // e.g. the kernel handling the probe's own comm_open
     k.setStatus('idle');
     expect(k.comms).toHaveLength(1); // no code ran: no probe (else every probe would probe again)
-    k.runCell(); // a cell that does not load it
+    k.runCell('x = 1'); // a cell that has nothing to do with neuron_lab: no probe, no kernel log noise
+    expect(k.comms).toHaveLength(1);
+    k.runCell('import neuron_lab'); // mentions it, does not load it: probed, still not loaded
     expect(k.comms).toHaveLength(2);
     expect(m.state.status).toBe('not-loaded');
-    k.runCell(() => (k.loaded = true)); // the cell ran %load_ext neuron_lab
+    k.runCell('import torch\n%load_ext neuron_lab', () => (k.loaded = true));
     expect(k.comms).toHaveLength(3);
     expect(m.state.status).toBe('live');
   });

@@ -37,6 +37,15 @@ BUSY_CELL = ("import time\n"
              "    time.sleep(0.5)")
 
 PANEL = "#neuron-lab-panel"
+_RECORD_RENDERS = """() => {
+  window.__nlRenders = [];
+  const panel = document.querySelector('#neuron-lab-panel');
+  const text = nl => panel.querySelector(`[data-nl="${nl}"]`);
+  new MutationObserver(() => {
+    const st = text('status'), mem = text('allocated'), el = text('elapsed');
+    if (st && mem) window.__nlRenders.push([st.textContent, Number(mem.dataset.bytes), el ? el.textContent : '']);
+  }).observe(panel, {childList: true, subtree: true});
+}"""
 
 
 def _nl(name: str) -> str:
@@ -104,16 +113,17 @@ def test_panel_live_restart_reload(page, lab):
     expect(page.locator(_nl("hello"))).to_contain_text(f"{rate:g} Hz")  # set_rate reached it
     expect(page.locator(".jp-OutputArea-output").first).to_contain_text("neuron:0 3.0")
 
-    # a busy cell: the panel updates while it runs (memory grows, elapsed ticks)
+    # a busy cell: the panel updates while it runs (memory grows, elapsed ticks). Every render is
+    # recorded in the page, so the check does not depend on when this process looks.
+    page.evaluate(_RECORD_RENDERS)
     _run_cell(page, 1)
     expect(page.locator(_nl("status"))).to_have_text("running", timeout=30_000)
-    expect(page.locator(_nl("elapsed"))).to_have_text(re.compile(r"\d+ (ms|s)$"))
-    expect(page.locator(_nl("allocated"))).to_have_text(re.compile(r"^(5|6|7|8|9|10)\.\d\d MiB$"),
-                                                        timeout=10_000)
-    assert page.locator(_nl("status")).inner_text() == "running"  # still busy: pushed live
     page.locator(PANEL).screenshot(path=str(art / "panel-running-light.png"))
     expect(page.locator(_nl("status"))).to_have_text("live", timeout=60_000)
     expect(page.locator(_nl("allocated"))).to_have_text("12.00 MiB")
+    busy = [(b, e) for st, b, e in page.evaluate("window.__nlRenders") if st == "running"]
+    assert any(4 << 20 < b < 12 << 20 for b, _ in busy), busy      # grew while still running
+    assert len({e for _, e in busy if e}) >= 3, busy                  # several live pushes
     expect(page.locator(_nl("cell-row"))).to_have_count(1)
     expect(page.locator(_nl("cell-row")).first).to_contain_text("12.00 MiB")  # its peak
 
