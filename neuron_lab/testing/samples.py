@@ -8,11 +8,22 @@ each time after ``torch.manual_seed(seed)``: the device's random ops draw from t
 so both runs get the same values. Each pair is checked for equal values; where they differ (a
 sample function that draws differently per device) the CPU sample is moved instead, which is what
 ``op.sample_inputs('cpu', ...)`` + ``.to('neuron')`` would give.
+
+Speed: every ``sample_inputs`` call crawls the stack (``extract_test_fn``, ``inspect.stack()``,
+which reads the source of every frame) looking for a ``unittest.TestCase`` to key the seed on; it
+finds none here (pytest functions, the CLI) and returns None, but costs ~2/3 of the sweep's time,
+more under pytest's deep stacks. ``_no_stack_crawl`` returns that None directly: same samples.
+And ``torch.manual_seed`` (which OpInfo calls before every sample) formats the stack three times
+to queue seeds for CUDA/XPU/MTIA, uninitialised here (~10 ms); ``seed`` seeds only the generators
+a sample can draw from: the host's, Python's, NumPy's and the device's.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import random
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -68,16 +79,42 @@ def expected_device(parts) -> str | None:
     return None
 
 
+def seed(s: int = 0) -> None:
+    torch.default_generator.manual_seed(s)
+    torch.neuron.manual_seed_all(s)
+    random.seed(s)
+    np.random.seed(s)
+
+
+@contextlib.contextmanager
+def _no_stack_crawl():
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+    saved = common_utils.extract_test_fn, core.extract_test_fn, common_utils.set_rng_seed
+    common_utils.extract_test_fn = core.extract_test_fn = lambda: None
+    common_utils.set_rng_seed = lambda s=None: seed(common_utils.SEED if s is None else s)
+    try:
+        yield
+    finally:
+        common_utils.extract_test_fn, core.extract_test_fn, common_utils.set_rng_seed = saved
+
+
 def pairs(op, dtype: torch.dtype, requires_grad: bool, limit: int | None, seed: int = 0):
     """Yield (cpu_parts, neuron_parts, how): how is "generated", or "moved: <why>".
 
     ``*_parts`` are ``(input, args, kwargs, output_process_fn_grad)``.
     """
-    torch.manual_seed(seed)
+    with _no_stack_crawl():
+        out = list(_pairs(op, dtype, requires_grad, limit, seed))
+    yield from out
+
+
+def _pairs(op, dtype, requires_grad, limit, s):
+    seed(s)
     cpu = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), limit))
     why = "values differ"
     try:
-        torch.manual_seed(seed)
+        seed(s)
         dev = list(itertools.islice(op.sample_inputs(DEVICE, dtype, requires_grad=requires_grad),
                                     limit))
     except Exception as e:  # noqa: BLE001 - reported: it may be a device bug
