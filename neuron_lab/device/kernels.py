@@ -164,10 +164,27 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
         # any in-place op may resize its self (CPU's addbmm_ on a broadcastable self does)
         if orig.shape != h.shape or f.restride and (orig.stride() != h.stride()
                                                     or orig.storage_offset() != h.storage_offset()):
-            memory.retrack(h.untyped_storage())
+            _regrow(f.name, h, orig)
             shell.restride(orig, h)
         return orig
     return shell.wrap(h)
+
+
+def _regrow(op: str, h: Tensor, s: Tensor) -> None:
+    """Account a host storage an op grew in place (``resize_``, ``out=``). Past the capacity,
+    undo it — shrink the storage back, restore ``h`` to shell ``s``'s metadata — and raise, so
+    the tensor is unchanged."""
+    st = h.untyped_storage()
+    old = memory.counted_bytes(st)
+    grow = st.nbytes() - old if old is not None else 0
+    if grow > 0:
+        try:
+            memory.check(grow, op)
+        except torch.OutOfMemoryError:
+            st.resize_(old)
+            h.set_(st, s.storage_offset(), s.shape, s.stride())
+            raise
+    memory.retrack(st)
 
 
 def wrap_result(f: OpFacts, out, args, kwargs):
@@ -233,7 +250,7 @@ def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
     if dst.device.type == _NEURON:
         h = shell.host(dst)
         h.resize_(src.shape)
-        memory.retrack(h.untyped_storage())
+        _regrow("aten::_copy_from_and_resize", h, dst)
         shell.restride(dst, h)
     else:
         dst.resize_(src.shape)

@@ -104,10 +104,18 @@ def track(storage, op: str | None = None) -> None:
     s["bytes_alloc"] += n
     if s["allocated"] > s["peak"]:
         s["peak"] = s["allocated"]
+    if len(_live) > s["peak_count"]:
+        s["peak_count"] = len(_live)
     if s["allocated"] > s["reserved"]:
         s["reserved"] = _round(s["allocated"])
         if s["reserved"] > s["reserved_peak"]:
             s["reserved_peak"] = s["reserved"]
+
+
+def counted_bytes(storage) -> int | None:
+    """The bytes ``storage`` is counted with, or None if it is not counted."""
+    entry = _live.get(id(storage))
+    return entry[1] if entry is not None else None
 
 
 def retrack(storage) -> None:
@@ -122,6 +130,8 @@ def retrack(storage) -> None:
         with _lock:
             _live[key] = (entry[0], n)
             _state["allocated"] += n - entry[1]
+            # totals stay consistent: freed never exceeds allocated
+            _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
             _state["peak"] = max(_state["peak"], _state["allocated"])
             if _state["allocated"] > _state["reserved"]:
                 _state["reserved"] = _round(_state["allocated"])
@@ -148,6 +158,7 @@ def reset_peak_memory_stats(device=None) -> None:
     with _lock:
         _state["peak"] = _state["allocated"]
         _state["reserved_peak"] = _state["reserved"]
+        _state["peak_count"] = len(_live)
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
@@ -179,7 +190,7 @@ def memory_stats(device=None) -> dict[str, Any]:
             ("active_bytes", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
             ("reserved_bytes", s["reserved"], s["reserved_peak"], s["reserved_peak"],
              s["reserved_peak"] - s["reserved"]),
-            ("allocation", len(_live), None, s["n_alloc"], s["n_free"])):
+            ("allocation", len(_live), s["peak_count"], s["n_alloc"], s["n_free"])):
         out[f"{name}.all.current"] = cur
         if peak is not None:
             out[f"{name}.all.peak"] = peak
