@@ -1,0 +1,73 @@
+"""The CUDA executor (``NEURON_LAB_EXECUTOR=cuda``): same device semantics, data on the GPU.
+
+The executor is chosen once per process, so each check runs in a subprocess. Without a GPU the
+tests skip, and asking for the CUDA executor fails with a clear message (also tested).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+CHECK = textwrap.dedent("""
+    import torch, neuron_lab
+    from neuron_lab.device import executor, shell
+    assert executor.executor_name() == "cuda"
+    torch.manual_seed(0)
+    c = torch.randn(64, 32)
+    n = c.to("neuron")
+    assert n.device == torch.device("neuron", 0) and shell.host(n).is_cuda
+    assert torch.allclose((n @ n.t()).cpu(), c.cuda() @ c.cuda().t())
+    assert torch.neuron.memory_allocated() == 64 * 32 * 4 * 2
+    w = torch.randn(32, 8, device="neuron", requires_grad=True)
+    (n @ w).relu().sum().backward()
+    assert w.grad.device.type == "neuron" and shell.host(w.grad).is_cuda
+    torch.manual_seed(3); a = torch.randn(5, device="neuron")
+    torch.manual_seed(3); b = torch.randn(5, device="cuda")
+    assert torch.equal(a.cpu(), b.cpu())                 # RNG: the GPU's generator
+    x = torch.ones(3, device="neuron", dtype=torch.float64).sum()
+    assert neuron_lab.fallback_ops() and x.item() == 3.0  # same dtype rules
+    torch.neuron.synchronize()
+    print("ok")
+""")
+
+
+def _run(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, NEURON_LAB_MODE="eager", **env), timeout=300)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA executor needs a GPU")
+def test_cuda_executor_keeps_device_semantics():
+    p = _run(CHECK, NEURON_LAB_EXECUTOR="cuda")
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA executor needs a GPU")
+def test_cuda_executor_trains_like_cuda():
+    code = textwrap.dedent("""
+        import torch, neuron_lab
+        from torch import nn
+        def run(dev):
+            torch.manual_seed(0)
+            m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(dev)
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+            x, y = torch.randn(4, 8).to(dev), torch.randint(0, 2, (4,)).to(dev)
+            for _ in range(5):
+                opt.zero_grad(); nn.functional.cross_entropy(m(x), y).backward(); opt.step()
+            return [p.detach().cpu() for p in m.parameters()]
+        assert all(torch.equal(a, b) for a, b in zip(run("cuda"), run("neuron")))
+        print("ok")
+    """)
+    p = _run(code, NEURON_LAB_EXECUTOR="cuda")
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
+    p = _run("import torch, neuron_lab; torch.ones(1, device='neuron')", NEURON_LAB_EXECUTOR="cuda")
+    assert p.returncode != 0 and "torch.cuda.is_available() is False" in p.stderr
