@@ -8,7 +8,7 @@ magics and the comm target and stops both threads. A second ``%load_ext`` is a n
 """
 from __future__ import annotations
 
-from ..telemetry import cells
+from ..telemetry import cells, store
 from ..telemetry.sampler import Sampler
 from ..telemetry.watch import ChangeWatcher
 from .comm import Endpoint
@@ -50,6 +50,7 @@ def _post_run_cell(result) -> None:
 def load_ipython_extension(ipython) -> None:
     if _state:
         return
+    store.start()               # subscribed at import; again here in case disable_all() ran
     sampler, watcher = Sampler(), ChangeWatcher()
     endpoint = Endpoint(sampler, watcher)
     try:

@@ -3,7 +3,7 @@
 ``store`` (subscribed to the device/runtime event bus), ``cells`` (per-cell records),
 ``sampler`` (background memory sampling while a cell runs), ``watch`` (change detection while
 idle), ``metrics()`` / ``metrics_report()`` (snapshot and text), ``profile()`` (torch.profiler
-and the exporters in ``export``).
+and the exporters in ``export``), ``enable_all()``/``disable_all()`` (everything on/off).
 """
 from .cells import cells
 from .export import export_chrome_trace, export_table, read_table
@@ -11,8 +11,9 @@ from .profile import profile
 from .report import metrics, metrics_report
 from .sampler import Sampler
 from .store import store
+from .switch import disable_all, enable_all, enabled
 from .watch import ChangeWatcher
 
 __all__ = ["metrics", "metrics_report", "profile", "export_table", "read_table",
            "export_chrome_trace", "store", "cells", "Sampler",
-           "ChangeWatcher"]
+           "ChangeWatcher", "enable_all", "disable_all", "enabled"]

@@ -14,12 +14,15 @@ from typing import Any
 
 from ..device import events, memory
 
+_now = time.time
 LAUNCHES_KEPT = 4096
 SAMPLES_KEPT = 600
 CELLS_KEPT = 200
 
 
 class Store:
+    _kept = {events.COMPILE: "compiles", events.FALLBACK: "fallback_events", events.OOM: "oom"}
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.launches: deque = deque(maxlen=LAUNCHES_KEPT)
@@ -45,21 +48,24 @@ class Store:
             self._unsubscribe = None
 
     def _on_event(self, kind: str, p: dict[str, Any]) -> None:
-        now = time.time()
-        with self.lock:
-            if kind == events.LAUNCH:
-                self.launches.append({"t": now, **p})
+        # Hot path: a launch and a sync per W1 iteration. ``p`` is the fresh dict ``emit``
+        # built for this event, so it is stamped and kept as is (no copy); the other kinds
+        # are rare.
+        if kind == events.LAUNCH:
+            p["t"] = _now()
+            with self.lock:
+                self.launches.append(p)
                 self.launch_seconds += p.get("seconds", 0.0)
-            elif kind == events.COMPILE:
-                self.compiles.append({"t": now, **p})
-            elif kind == events.FALLBACK:
-                self.fallback_seq += 1
-                self.fallback_events.append({"t": now, **p})
-            elif kind == events.SYNC:
-                r = p.get("reason", "?")
+        elif kind == events.SYNC:
+            r = p.get("reason", "?")
+            with self.lock:
                 self.syncs[r] = self.syncs.get(r, 0) + 1
-            elif kind == events.OOM:
-                self.oom.append({"t": now, **p})
+        elif kind in self._kept:
+            p["t"] = _now()
+            with self.lock:
+                getattr(self, self._kept[kind]).append(p)
+                if kind == events.FALLBACK:
+                    self.fallback_seq += 1
 
     # --- memory ---------------------------------------------------------------------------
     @staticmethod
