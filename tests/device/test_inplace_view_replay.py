@@ -2,7 +2,8 @@
 the tensor they are called on, also when the adaptive runtime replays a region it has learned.
 
 Found by the adaptive OpInfo sweep (``quantile``: its decomposition ends in ``squeeze_``; the
-second call of a known region gave shape [1] for []). In eager mode the device kernel restrides
+second call of a known region gave shape [1] for []; ``vector @ matrix`` and ``F.linear`` with a
+1-D input, whose kernels end in ``squeeze_``, gave [1, n] for [n] from the third call). In eager mode the device kernel restrides
 the shell (``kernels`` → ``shell.restride``); a deferred op (``runtime/adaptive.py`` ``_defer``,
 output plan kind 0) hands back the caller's tensor unchanged, so the shell keeps its old shape
 while the host value gets the new one.
@@ -41,3 +42,16 @@ def test_inplace_view_shape_on_every_repeat(name, mode):
             neuron_lab.sync()
             assert (y.shape, y.stride()) == (ref.shape, ref.stride())
             assert torch.equal(y.cpu(), ref)
+
+
+@pytest.mark.parametrize("mode", ["eager", pytest.param("adaptive", marks=pytest.mark.xfail(
+    strict=True, reason="runtime bug: a deferred in-place view op does not restride the shell"))])
+def test_vector_matrix_product_shape_in_a_loop(mode):
+    neuron_lab.runtime.reset()
+    w = torch.arange(12.0).reshape(4, 3)
+    with knobs.COMPILE.scoped(False), neuron_lab.mode(mode):
+        wd = w.to("neuron")
+        for _ in range(4):
+            x = torch.ones(3, device="neuron")
+            assert (x @ wd.t()).shape == torch.nn.functional.linear(x, wd).shape == (4,)
+            neuron_lab.sync()
