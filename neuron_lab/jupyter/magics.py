@@ -20,19 +20,27 @@ from ..telemetry.report import _fmt_bytes
 from .views import Table, Text
 
 
-def fallback_table() -> Table:
-    rows = [{"op": f["op"], "reason": f["reason"], "count": f["count"],
+def _fallback_rows(fallbacks: list[dict]) -> list[dict]:
+    return [{"op": f["op"], "reason": f["reason"], "count": f["count"],
              "where": f["locations"][:3],
              "code": f["source"].get(f["locations"][0], "") if f["locations"] else ""}
-            for f in tracking.fallback_ops()]
+            for f in fallbacks]
+
+
+def fallback_table() -> Table:
+    rows = _fallback_rows(tracking.fallback_ops())
     return Table("neuron fallbacks (newest first)", rows, ["op", "reason", "count", "where", "code"],
                  note="" if rows else "no op fell back to the host")
 
 
-def region_table() -> Table:
-    rows = [{"id": r["id"], "ops": r["ops"], "hits": r["hits"], "status": r["status"],
+def _region_rows(regions: list[dict]) -> list[dict]:
+    return [{"id": r["id"], "ops": r["ops"], "hits": r["hits"], "status": r["status"],
              "per_op_us": r["per_op_us"], "fused_us": r["fused_us"], "compile_s": r["compile_s"],
-             "first ops": r["first_ops"][:3]} for r in runtime.regions()]
+             "first ops": r["first_ops"][:3]} for r in regions]
+
+
+def region_table() -> Table:
+    rows = _region_rows(runtime.regions())
     s = runtime.stats()
     return Table("neuron region cache", rows, note=(
         f"{s['regions']} regions, hit rate {s['hit_rate']:.1%}, fused share {s['fused_share']:.1%},"
@@ -111,6 +119,7 @@ class NeuronMagics(Magics):
         code = cell if cell is not None else statement
         before = tracking.executed_ops()
         fb_before = {(f["op"], f["reason"]): f["count"] for f in tracking.fallback_ops()}
+        hits_before = {r["id"]: r["hits"] for r in runtime.regions()}
         rs0 = runtime.stats()
         memory.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -132,7 +141,14 @@ class NeuronMagics(Magics):
                 + ("; ".join(f"{f['op']} at {', '.join(f['locations'][:2])}" for f in fbs) or "none"))
         if args.export:
             note += f"; trace: {prof.trace_path}; launches: {prof.launches_path}"
-        return Table("neuron profile: top ops", rows, ["op", "count"], note=note)
+        touched = [dict(r, hits=r["hits"] - hits_before.get(r["id"], 0)) for r in runtime.regions()
+                   if r["id"] not in hits_before or r["hits"] != hits_before[r["id"]]]
+        sections = [Table("regions run (hits in this profile)", _region_rows(touched)[: args.top])]
+        if fbs:
+            sections.append(Table("fallbacks in this profile", _fallback_rows(fbs),
+                                  ["op", "reason", "count", "where", "code"]))
+        return Table("neuron profile: top ops", rows, ["op", "count"], note=note,
+                     sections=sections)
 
     @line_magic
     def neuron_memory(self, line: str = ""):

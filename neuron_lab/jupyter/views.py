@@ -8,9 +8,10 @@ class Table:
     """Rows of dicts shown as an HTML table in notebooks and as aligned text in terminals."""
 
     def __init__(self, title: str, rows: list[dict], columns: list[str] | None = None,
-                 note: str = "") -> None:
+                 note: str = "", sections: list["Table"] | None = None) -> None:
         self.title, self.rows, self.note = title, rows, note
         self.columns = columns or (list(rows[0]) if rows else [])
+        self.sections = sections or []      # further tables shown below (``%neuron_profile``)
 
     def _cells(self, r):
         out = []
@@ -31,7 +32,7 @@ class Table:
         text = [self.title] + (body if rows else ["(none)"])
         if self.note:
             text.append(self.note)
-        return "\n".join(text)
+        return "\n\n".join(["\n".join(text)] + [repr(t) for t in self.sections])
 
     def _repr_html_(self) -> str:
         e = html.escape
@@ -39,8 +40,9 @@ class Table:
         body = "".join("<tr>" + "".join(f"<td>{e(x)}</td>" for x in self._cells(r)) + "</tr>"
                        for r in self.rows) or f"<tr><td colspan={len(self.columns) or 1}>(none)</td></tr>"
         note = f"<p>{e(self.note)}</p>" if self.note else ""
+        more = "".join(t._repr_html_() for t in self.sections)
         return (f"<div class='neuron-lab'><b>{e(self.title)}</b><table><thead><tr>{head}</tr>"
-                f"</thead><tbody>{body}</tbody></table>{note}</div>")
+                f"</thead><tbody>{body}</tbody></table>{note}{more}</div>")
 
 
 class Text:

@@ -44,10 +44,16 @@ def test_memory_and_fallbacks_show_bytes_and_source_line(ip):
 def test_profile_cell_and_regions(ip, tmp_path):
     out = ip.run_cell_magic("neuron_profile", f"--top 5 --export {tmp_path}",
                             "x = torch.ones(64, device='neuron')\nfor _ in range(4):\n"
-                            "    (x * 2 + 1).sum().item()\n")
+                            "    (x * 2 + 1).sum().item()\n"
+                            "d = torch.ones(2, device='neuron', dtype=torch.float64).mean()\n")
     text = repr(out)
     assert "aten::mul.Tensor" in text and "launches" in text and "trace:" in text
     assert (tmp_path / "trace.json").exists()
+    regions, fallbacks = out.sections
+    assert regions.rows and max(r["hits"] for r in regions.rows) >= 2   # the loop's region repeats
+    mean = next(r for r in fallbacks.rows if r["op"] == "aten::mean")
+    assert mean["where"][0].endswith(":4") and "dtype=torch.float64).mean()" in mean["code"]
+    assert "fallbacks in this profile" in out._repr_html_()
     assert "neuron region cache" in repr(ip.run_line_magic("neuron_regions", ""))
 
 
