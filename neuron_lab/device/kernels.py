@@ -196,6 +196,9 @@ def wrap_result(f: OpFacts, out, args, kwargs):
                 tracking.record_sync("cpu")
                 tracking.record_transfer("d2h", out.numel() * out.element_size())
             return out
+        if dev is not None and args and isinstance(args[0], Tensor) and args[0].is_cpu \
+                and isinstance(out, Tensor):   # _to_copy(cpu_tensor, device='neuron'): .to()
+            tracking.record_transfer("h2d", out.numel() * out.element_size())
     t = type(out)
     if t is Tensor:
         if f.zero_tensor:   # shells need bytes: C++ shallow copies re-read them from storage

@@ -2,7 +2,8 @@
 
 The per-op part is one dict increment (``count_op``), cheap enough for the hot path. Fallbacks
 and sync points are rare by comparison; they record the user's source line, which is the first
-stack frame outside torch, neuron_lab and the Python standard library's plumbing.
+stack frame outside torch, neuron_lab and the Python standard library's plumbing (for ops of a
+backward pass, which PyTorch runs on a device thread, the line that called ``backward()``).
 
 Public surface (re-exported as ``neuron_lab.executed_ops`` etc.):
 ``executed_ops()``, ``fallback_ops()``, ``clear_op_tracking()``, ``counters()``.
@@ -26,6 +27,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _SKIP_PREFIXES = (_TORCH_DIR, _PKG_DIR, "<frozen")
 _SKIP_FILES = ("contextlib.py", "functools.py")
+_AUTOGRAD_DIR = os.path.join(os.path.dirname(torch.__file__), "autograd") + os.sep
 
 _lock = threading.Lock()
 executed: Counter = Counter()  # op name -> count; mutated on the hot path without the lock
@@ -36,20 +38,43 @@ _warned: set[tuple[str, str]] = set()
 _seq = 0
 
 
-def user_location(skip: int = 2) -> tuple[str, str]:
-    """(``file:line``, source text) of the first frame that is the user's code."""
-    f = sys._getframe(skip)
+def _first_user_frame(f):
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SKIP_PREFIXES) and not fn.endswith(_SKIP_FILES):
-            try:
-                rel = os.path.relpath(fn)
-                name = rel if not rel.startswith("..") else os.path.basename(fn)
-            except ValueError:
-                name = os.path.basename(fn)
-            return f"{name}:{f.f_lineno}", linecache.getline(fn, f.f_lineno).strip()
+            return f
         f = f.f_back
-    return "<unknown>:0", ""
+    return None
+
+
+def _waiting_caller():
+    """The user frame of the thread blocked in autograd: PyTorch runs a device's backward pass
+    on its own thread, whose stack holds no user code; the line to blame is ``loss.backward()``."""
+    me = threading.get_ident()
+    for tid, f in sys._current_frames().items():
+        if tid == me:
+            continue
+        g, in_autograd = f, False
+        while g is not None and not in_autograd:
+            in_autograd = g.f_code.co_filename.startswith(_AUTOGRAD_DIR)
+            g = g.f_back
+        if in_autograd:
+            return _first_user_frame(f)
+    return None
+
+
+def user_location(skip: int = 2) -> tuple[str, str]:
+    """(``file:line``, source text) of the first frame that is the user's code."""
+    f = _first_user_frame(sys._getframe(skip)) or _waiting_caller()
+    if f is None:
+        return "<unknown>:0", ""
+    fn = f.f_code.co_filename
+    try:
+        rel = os.path.relpath(fn)
+        name = rel if not rel.startswith("..") else os.path.basename(fn)
+    except ValueError:
+        name = os.path.basename(fn)
+    return f"{name}:{f.f_lineno}", linecache.getline(fn, f.f_lineno).strip()
 
 
 def count_op(name: str) -> None:
