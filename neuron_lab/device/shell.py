@@ -76,6 +76,18 @@ def restride(s: torch.Tensor, h: torch.Tensor) -> None:
     s._d = h
 
 
+def restride_meta(s: torch.Tensor, size, stride, offset: int) -> None:
+    """Give shell ``s`` new size/stride/offset ahead of its data (a deferred ``t_``/``squeeze_``):
+    the host tensor is changed the same way when the region runs."""
+    if tuple(s.shape) == tuple(size) and s.stride() == tuple(stride) and s.storage_offset() == offset:
+        return
+    old = s.untyped_storage()
+    hs = getattr(old, "_h", None)
+    span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if all(size) else 0
+    nbytes = max((offset + span) * s.element_size(), hs.nbytes() if hs is not None else 0)
+    _restride_into(s, size, stride, offset, nbytes, hs)
+
+
 def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
     """A shell whose value is not computed yet (adaptive runtime); ``host()`` asks the runtime."""
     s = _create(size, dtype)

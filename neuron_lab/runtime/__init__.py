@@ -13,6 +13,8 @@ import atexit
 import contextlib
 import os
 
+import torch
+
 from . import knobs as _knobs
 
 # Before anything imports inductor: its compiled programs persist under NEURON_LAB_CACHE_DIR,
@@ -30,10 +32,8 @@ engine = Engine()
 
 def _materialize(s):
     engine.flush("materialize")
-    d = s.__dict__.get("_d", 0)
-    if d is None or d == 0:
-        return shell._recover(s)
-    return d
+    d = s.__dict__.get("_d")
+    return d if isinstance(d, torch.Tensor) else shell._recover(s)
 
 
 kernels.launcher = engine.launch

@@ -161,7 +161,11 @@ class Engine:
         prod = self.producers
         for k, (kind, a, b, c, d, nbytes) in enumerate(plan):
             if kind == 0:                                  # in-place / out=: caller's tensor
-                outs.append(args[a] if type(a) is int else kwargs[a])
+                t = args[a] if type(a) is int else kwargs[a]
+                m = nxt.metas[k]
+                if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
+                    shell.restride_meta(t, m[0], m[1], m[2])
+                outs.append(t)
                 pairs.append(None)
             elif kind == 1:                                # not a tensor
                 outs.append(None)
@@ -179,11 +183,11 @@ class Engine:
             if t is not None:
                 prod[id(t)] = (pos, k, weakref.ref(t))
         if nxt.new_bytes:
-            self.pending_bytes += nxt.new_bytes
             cap = memory.capacity()
-            if memory._state["allocated"] + self.pending_bytes > 0.9 * cap:
-                memory.check(self.pending_bytes, f.name)   # over capacity: raises here
+            if memory._state["allocated"] + self.pending_bytes + nxt.new_bytes > 0.9 * cap:
+                memory.check(self.pending_bytes + nxt.new_bytes, f.name)  # over: raises here
                 self._pressure = True       # flush right after handing this op's outputs out
+            self.pending_bytes += nxt.new_bytes
         rec.outs = pairs
         self.records.append(rec)
         self.node = nxt

@@ -29,8 +29,7 @@ def _run(fn, dev):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("mode", ["eager", pytest.param("adaptive", marks=pytest.mark.xfail(
-    strict=True, reason="runtime bug: a deferred in-place view op does not restride the shell"))])
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
 def test_inplace_view_shape_on_every_repeat(name, mode):
     neuron_lab.runtime.reset()
     ref, _ = _run(CASES[name], "cpu")
@@ -44,8 +43,7 @@ def test_inplace_view_shape_on_every_repeat(name, mode):
             assert torch.equal(y.cpu(), ref)
 
 
-@pytest.mark.parametrize("mode", ["eager", pytest.param("adaptive", marks=pytest.mark.xfail(
-    strict=True, reason="runtime bug: a deferred in-place view op does not restride the shell"))])
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
 def test_vector_matrix_product_shape_in_a_loop(mode):
     neuron_lab.runtime.reset()
     w = torch.arange(12.0).reshape(4, 3)

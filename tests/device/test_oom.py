@@ -89,9 +89,6 @@ def test_capacity_follows_the_knob():
     assert 0 < host <= 96 << 30
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: an OOM raised while deferring an op leaves "
-                   "Engine.pending_bytes counting that op, so a later deferred op OOMs spuriously "
-                   "(neuron_lab/runtime/adaptive.py, _defer)")
 def test_adaptive_oom_while_deferring_leaves_no_phantom_bytes():
     from neuron_lab.runtime import knobs
     neuron_lab.runtime.reset()

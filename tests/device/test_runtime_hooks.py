@@ -30,9 +30,6 @@ def test_the_runtime_defers_here(deferred):
     assert shell.is_pending(deferred)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: neuron_lab/runtime/__init__.py _materialize "
-                   "tests `d == 0` on the filled host tensor (elementwise: 'Boolean value of "
-                   "Tensor ... ambiguous'); `type(d) is int` was meant")
 def test_host_materializes_a_pending_tensor(deferred):
     h = shell.host(deferred)
     assert torch.equal(h.cpu(), torch.arange(8.0) * 2)
