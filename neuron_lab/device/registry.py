@@ -12,7 +12,9 @@ narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls Py
    ``map_location``).
 3. ``tensor.data = other`` swaps the TensorImpl's storage in C++ without a kernel call; the
    setter also refreshes the host view cached on the Python object.
-4. ``repr`` of a neuron tensor is a sync point and is counted as such.
+4. ``repr`` of a neuron tensor is one sync point, counted as such: the contents are formatted
+   from the host value (as torch_xla formats a CPU copy); PyTorch's formatter run on the device
+   tensor would issue ~100 ``item()``s, copies and a ``masked_select``, each a sync of its own.
 5. ``torch.load(map_location='neuron')``: restoring a storage onto the device (see
    ``_patch_serialization``) and ``set_`` onto a neuron storage (``kernels.set_storage``); a
    callable ``map_location`` for a neuron checkpoint.
@@ -209,6 +211,13 @@ def _patch_tensor() -> None:
     def __repr__(self, *, tensor_contents=None):
         if self.device.type == "neuron":
             tracking.record_sync("repr")
+            if tensor_contents is None and self.numel() and self.layout == torch.strided \
+                    and not torch._C._functorch.is_functorch_wrapped_tensor(self):
+                from . import shell
+                plain = type(self) in (torch.Tensor, torch.nn.Parameter)
+                indent = len("tensor(" if plain else type(self).__name__ + "(")
+                with torch.no_grad():
+                    tensor_contents = torch._tensor_str._tensor_str(shell.host(self), indent)
         return orig_repr(self, tensor_contents=tensor_contents)
 
     T.__repr__ = __repr__
