@@ -11,7 +11,8 @@ host generator, a comparison would test the seed, not the op), ops whose output 
 memory, and entries without float32 support on CPU or without a sample CPU accepts.
 
     python -m neuron_lab.testing.opinfo                    # representative subset (what CI runs)
-    python -m neuron_lab.testing.opinfo --full --report docs/opinfo.md --json reports/opinfo.json
+    python -m neuron_lab.testing.opinfo --full --mode both --report docs/opinfo.md \
+        --json reports/opinfo.json
     python -m neuron_lab.testing.opinfo --mode adaptive --ops add,mm,cat
 """
 from __future__ import annotations
@@ -206,7 +207,7 @@ def main(argv=None) -> int:
     from . import report
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="every entry of op_db (~700; minutes)")
-    p.add_argument("--mode", choices=("eager", "adaptive"), default="eager",
+    p.add_argument("--mode", choices=("eager", "adaptive", "both"), default="eager",
                    help="runtime mode (eager: compared bitwise; adaptive: assert_close)")
     p.add_argument("--ops", help="comma-separated op names or entry names (name.variant)")
     p.add_argument("--limit", type=int, help="at most this many samples per entry")
@@ -214,22 +215,26 @@ def main(argv=None) -> int:
                    help="adaptive mode: let the runtime compile fused programs (off by default: "
                         "the sweep checks op semantics; fused programs are tested in tests/runtime)")
     p.add_argument("--report", help="write the markdown report here")
-    p.add_argument("--json", help="write per-entry results here")
+    p.add_argument("--json", help="write per-entry results here ({mode: [...]})")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per entry")
     a = p.parse_args(argv)
     from ..runtime import knobs
     t0 = time.time()
     show = (lambda r: print(f"{r['forward']:4} {r['backward']:4} {r['inplace']:4} "
                             f"{r['name']} {r['reason'][:100]}", flush=True)) if a.verbose else None
+    names = a.ops.split(",") if a.ops else None
+    by_mode = {}
     with knobs.COMPILE.scoped(a.compile):
-        results = sweep(a.full, a.mode, a.ops.split(",") if a.ops else None, a.limit, show)
-    text = report.markdown(results, a.mode, time.time() - t0, full=a.full)
-    for path, data in ((a.report, text), (a.json, json.dumps(results, indent=1))):
+        for mode in (("eager", "adaptive") if a.mode == "both" else (a.mode,)):
+            t1 = time.time()
+            by_mode[mode] = sweep(a.full, mode, names, a.limit, show)
+            print(report.summary(by_mode[mode], mode, time.time() - t1), flush=True)
+    text = report.markdown(by_mode, time.time() - t0, full=a.full)
+    for path, data in ((a.report, text), (a.json, json.dumps(by_mode, indent=1))):
         if path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with open(path, "w") as f:
                 f.write(data)
-    print(report.summary(results, a.mode, time.time() - t0))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The OpInfo sweep's markdown report (``docs/opinfo.md``): rates, then every failure and skip."""
+"""The OpInfo sweep's markdown report (``docs/opinfo.md``): rates per mode, then every failure,
+note and skip. One report may hold several modes (``--mode both``): eager first, the reference."""
 from __future__ import annotations
 
 from collections import Counter
@@ -6,6 +7,8 @@ from collections import Counter
 import torch
 
 from .opinfo import COLUMNS, rates
+
+EXACT = {"eager": "bitwise (rtol=atol=0)", "adaptive": "assert_close with float32 defaults"}
 
 
 def _pct(r: dict) -> str:
@@ -23,39 +26,25 @@ def _cell(s: str) -> str:
     return s.replace("|", "/").replace("\n", " ")
 
 
-def markdown(results: list[dict], mode: str, seconds: float, full: bool = True) -> str:
-    r = rates(results)
-    exact = "bitwise (rtol=atol=0)" if mode == "eager" else "assert_close float32 defaults"
-    samples = sum(x["samples"] for x in results)
-    moved = sum(x["moved"] for x in results)
-    lines = [
-        f"# OpInfo sweep: {'every op_db entry' if full else 'representative subset'}, "
-        f"{mode} mode, float32", "",
-        f"torch {torch.__version__}; {r['entries']} op_db entries, {samples} samples run; "
-        f"comparison {exact}; {seconds:.0f} s.", "",
-        "| column | pass / run | rate | target |", "|---|---|---|---|",
-        f"| forward | {r['forward']['pass']} / {r['forward']['total']} | "
-        f"{r['forward']['rate']:.1%} | ≥ 95 % |",
-        f"| backward (autograd entries) | {r['backward']['pass']} / {r['backward']['total']} | "
-        f"{r['backward']['rate']:.1%} | ≥ 90 % |",
-        f"| in-place variant | {r['inplace']['pass']} / {r['inplace']['total']} | "
-        f"{r['inplace']['rate']:.1%} | |",
-        f"| skipped (not counted) | {r['skipped']} | | |", "",
-        "An entry passes a column when all its samples agree with CPU: output values, dtypes and "
-        "shapes, strides, which input an output aliases, outputs on `neuron`; gradients against "
-        "a fixed random cotangent; for the in-place variant, that it returns its input and the "
-        f"input's new value. {moved} of {samples} samples were moved from CPU rather than "
-        "generated on `neuron` (see `neuron_lab/testing/samples.py`).", "",
-        "## How to run", "",
-        "```bash",
-        "python -m neuron_lab.testing.opinfo --full --report docs/opinfo.md --json reports/opinfo.json",
-        "python -m neuron_lab.testing.opinfo --full --mode adaptive   # same, adaptive runtime",
-        "python -m neuron_lab.testing.opinfo --ops add,nn.functional.conv2d -v   # a few entries",
-        "pytest -m slow tests/device/test_opinfo.py                    # full sweep as a test",
-        "```", "",
-        "`pytest tests/device` runs the representative subset "
-        "(`neuron_lab.testing.opinfo.SUBSET`) in eager and adaptive mode.", "",
-        "## Failures", ""]
+def _rates_table(by_mode: dict) -> list[str]:
+    modes = list(by_mode)
+    lines = ["| column | " + " | ".join(f"{m}: pass / run" for m in modes) + " | target |",
+             "|---|" + "---|" * len(modes) + "---|"]
+    for col, label, target in (("forward", "forward", "≥ 95 %"),
+                               ("backward", "backward (autograd entries)", "≥ 90 %"),
+                               ("inplace", "in-place variant", "")):
+        cells = []
+        for m in modes:
+            r = rates(by_mode[m])[col]
+            cells.append(f"{r['pass']} / {r['total']} ({r['rate']:.1%})")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
+    lines.append("| skipped (not counted) | " +
+                 " | ".join(str(rates(by_mode[m])["skipped"]) for m in modes) + " | |")
+    return lines
+
+
+def _mode_sections(mode: str, results: list[dict]) -> list[str]:
+    lines = ["", f"## Failures, {mode} mode ({EXACT.get(mode, '')})", ""]
     failed = [x for x in results if "fail" in (x[c] for c in COLUMNS)]
     if failed:
         lines += ["| entry | forward | backward | in-place | reason |", "|---|---|---|---|---|"]
@@ -65,16 +54,50 @@ def markdown(results: list[dict], mode: str, seconds: float, full: bool = True) 
         lines.append("None.")
     noted = [x for x in results if x.get("notes")]
     if noted:
-        lines += ["", "## Passed with a note", ""]
+        lines += ["", f"Passed with a note ({mode}):", ""]
         lines += [f"- {x['name']}: {'; '.join(x['notes'])}" for x in noted]
-    fb = Counter(op for x in results for op in x.get("fallbacks", ()))
+    return lines
+
+
+def markdown(by_mode: dict, seconds: float, full: bool = True) -> str:
+    """``by_mode``: {mode: results}; the first mode's results give the fallbacks and skips."""
+    first = next(iter(by_mode.values()))
+    samples = sum(x["samples"] for x in first)
+    moved = sum(x["moved"] for x in first)
+    lines = [
+        f"# OpInfo sweep: {'every op_db entry' if full else 'a subset of op_db'}, float32", "",
+        f"torch {torch.__version__}; {len(first)} op_db entries, {samples} samples per mode; "
+        f"modes: {', '.join(f'{m} (compared {EXACT.get(m, m)})' for m in by_mode)}; "
+        f"{seconds:.0f} s in all.", ""]
+    lines += _rates_table(by_mode)
+    lines += [
+        "", "An entry passes a column when all its samples agree with CPU: output values, dtypes "
+        "and shapes, strides, which input an output aliases, outputs on the right device; "
+        "gradients against a fixed random cotangent; for the in-place variant, that it returns "
+        "its input and the input's new value. Samples are generated on `neuron` with the same "
+        f"seed as on CPU; {moved} of {samples} were moved from CPU instead (a sample function "
+        "that draws differently per device; see `neuron_lab/testing/samples.py`). Where a CPU "
+        "kernel is not deterministic run to run, the comparison uses `assert_close` and says so.",
+        "", "## How to run", "", "```bash",
+        "python -m neuron_lab.testing.opinfo --full --mode both --report docs/opinfo.md "
+        "--json reports/opinfo.json",
+        "python -m neuron_lab.testing.opinfo --full --mode adaptive -v   # one line per entry",
+        "python -m neuron_lab.testing.opinfo --ops add,nn.functional.conv2d -v   # a few entries",
+        "pytest -m slow tests/device/test_opinfo.py                      # full sweep as a test",
+        "```", "",
+        "`pytest tests/device` runs the representative subset "
+        "(`neuron_lab.testing.opinfo.SUBSET`) in both modes."]
+    for mode, results in by_mode.items():
+        lines += _mode_sections(mode, results)
+    fb = Counter(op for x in first for op in x.get("fallbacks", ()))
     if fb:
-        lines += ["", "## Host fallbacks recorded while running float32 samples", "",
-                  "Not failures (results agree); the ops a float32 program would fall back on:", ""]
+        lines += ["", "## Host fallbacks while running float32 samples", "",
+                  "Not failures (the results agree): what falls back to the host, and why. "
+                  "Mostly samples that ask for float64/complex outputs (`dtype=` kwargs).", ""]
         lines += [f"- `{op}` ({n} entries)" for op, n in sorted(fb.items(), key=lambda t: -t[1])]
     lines += ["", "## Skipped (not counted)", ""]
-    by = {}
-    for x in results:
+    by: dict[str, list] = {}
+    for x in first:
         if x["forward"] == "skip":
             by.setdefault(x["reason"], []).append(x["name"])
     for why, names in sorted(by.items(), key=lambda t: -len(t[1])):

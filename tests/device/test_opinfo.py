@@ -75,16 +75,19 @@ def test_skips_are_not_passes(entries):
 def test_report_lists_every_failure_with_its_reason(entries):
     bad = opinfo.check(_variant(entries, "abs", lambda x: torch.abs(x) + on_neuron(x)), "eager")
     good = opinfo.check(entries["neg"], "eager")
-    text = report.markdown([bad, good, opinfo.check(entries["randn"])], "eager", 1.0, full=False)
-    assert "| forward | 1 / 2 | 50.0% |" in text
+    text = report.markdown({"eager": [bad, good, opinfo.check(entries["randn"])]}, 1.0, full=False)
+    assert "| forward | 1 / 2 (50.0%) |" in text
     assert "| abs | fail |" in text and "Tensor-likes are not equal" in text
     assert "random output" in text and "python -m neuron_lab.testing.opinfo --full" in text
 
 
 def test_cli_writes_report_and_json(tmp_path):
     md, js = tmp_path / "r.md", tmp_path / "r.json"
-    assert opinfo.main(["--ops", "add,mm", "--report", str(md), "--json", str(js)]) == 0
-    assert "# OpInfo sweep" in md.read_text() and '"name": "mm"' in js.read_text()
+    assert opinfo.main(["--ops", "add,mm", "--mode", "both", "--report", str(md),
+                        "--json", str(js)]) == 0
+    text = md.read_text()
+    assert "# OpInfo sweep" in text and "eager: pass / run" in text and "adaptive" in text
+    assert '"name": "mm"' in js.read_text()
 
 
 @pytest.mark.slow
