@@ -13,6 +13,12 @@ Capacity: ``NEURON_LAB_HBM_GB`` GiB, default min(96 GiB â€” one Trainium2 chip â
 RAM), so the emulation never promises more than the host can hold. An allocation that would
 exceed it raises ``torch.OutOfMemoryError`` *before* any tensor is handed out, so every existing
 tensor stays valid.
+
+Deferred outputs (the adaptive runtime hands out tensors before computing them) are counted from
+the moment they are handed out, as CUDA's allocator counts a kernel's output at issue:
+``reserve`` counts a pending shell's storage with its predicted bytes, ``settle`` moves that
+count onto the host storage that receives the value (no second allocation event), and a pending
+tensor that dies before its region runs is freed by the same weakref callback as any other.
 """
 from __future__ import annotations
 
@@ -102,6 +108,53 @@ def track(storage, op: str | None = None) -> None:
     s["allocated"] += n
     s["n_alloc"] += 1
     s["bytes_alloc"] += n
+    _raise_peaks(s)
+
+
+def reserve(storage, nbytes: int) -> None:
+    """Count pending shell storage ``storage`` as ``nbytes`` until it dies or is settled (the
+    caller checked the capacity first, for all of an op's outputs at once)."""
+    key = id(storage)
+    if key in _live or not nbytes:
+        return
+    s = _state
+    _live[key] = (weakref.ref(storage, lambda _r, key=key: _freed(key)), nbytes)
+    s["allocated"] += nbytes
+    s["n_alloc"] += 1
+    s["bytes_alloc"] += nbytes
+    _raise_peaks(s)
+
+
+def settle(pending_storage, host_storage) -> None:
+    """A pending storage received its value in ``host_storage``: its count moves there."""
+    entry = _live.pop(id(pending_storage), None)
+    if entry is None:
+        track(host_storage)
+        return
+    with _lock:
+        _state["allocated"] -= entry[1]
+        key = id(host_storage)
+        if key in _live:          # already counted (a view's base): the reservation is freed
+            _state["n_free"] += 1
+            _state["bytes_freed"] += entry[1]
+            return
+        n = host_storage.nbytes()
+        _live[key] = (weakref.ref(host_storage, lambda _r, key=key: _freed(key)), n)
+        _state["allocated"] += n
+        if n != entry[1]:        # keep the totals consistent with what is live
+            _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
+        _raise_peaks(_state)
+
+
+def move(old_storage, new_storage) -> None:
+    """A pending shell got a new storage object (a deferred ``t_``/``squeeze_``): keep its count."""
+    entry = _live.pop(id(old_storage), None)
+    if entry is not None:
+        key = id(new_storage)
+        _live[key] = (weakref.ref(new_storage, lambda _r, key=key: _freed(key)), entry[1])
+
+
+def _raise_peaks(s: dict) -> None:
     if s["allocated"] > s["peak"]:
         s["peak"] = s["allocated"]
     if len(_live) > s["peak_count"]:
@@ -132,10 +185,7 @@ def retrack(storage) -> None:
             _state["allocated"] += n - entry[1]
             # totals stay consistent: freed never exceeds allocated
             _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
-            _state["peak"] = max(_state["peak"], _state["allocated"])
-            if _state["allocated"] > _state["reserved"]:
-                _state["reserved"] = _round(_state["allocated"])
-                _state["reserved_peak"] = max(_state["reserved_peak"], _state["reserved"])
+            _raise_peaks(_state)
 
 
 def memory_allocated(device=None) -> int:

@@ -53,7 +53,6 @@ class Engine:
         self.node: Node | None = None          # trie position while deferring
         self.last_pos: dict = {}
         self.cand = self.match = 0
-        self.pending_bytes = 0
         self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
@@ -157,6 +156,8 @@ class Engine:
         plan = nxt.plan
         if plan is None:
             plan = nxt.plan = out_plan(f, nxt.metas)
+        if nxt.new_bytes:           # outputs are counted when handed out, as CUDA counts at issue
+            memory.check(nxt.new_bytes, f.name)
         outs, pairs = [], []
         prod = self.producers
         for k, (kind, a, b, c, d, nbytes) in enumerate(plan):
@@ -164,7 +165,9 @@ class Engine:
                 t = args[a] if type(a) is int else kwargs[a]
                 m = nxt.metas[k]
                 if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
+                    old = t.untyped_storage()
                     shell.restride_meta(t, m[0], m[1], m[2])
+                    memory.move(old, t.untyped_storage())
                 outs.append(t)
                 pairs.append(None)
             elif kind == 1:                                # not a tensor
@@ -173,6 +176,8 @@ class Engine:
             else:                                          # a value this region will compute
                 t = shell.pending(a, b, c, d)
                 st = t.untyped_storage()
+                if nbytes:
+                    memory.reserve(st, nbytes)
                 tr, sr = weakref.ref(t), weakref.ref(st)
                 outs.append(t)
                 pairs.append((tr, sr))
@@ -182,12 +187,8 @@ class Engine:
             t = outs[k]
             if t is not None:
                 prod[id(t)] = (pos, k, weakref.ref(t))
-        if nxt.new_bytes:
-            cap = memory.capacity()
-            if memory._state["allocated"] + self.pending_bytes + nxt.new_bytes > 0.9 * cap:
-                memory.check(self.pending_bytes + nxt.new_bytes, f.name)  # over: raises here
-                self._pressure = True       # flush right after handing this op's outputs out
-            self.pending_bytes += nxt.new_bytes
+        if nxt.new_bytes and memory.memory_allocated() > 0.9 * memory.capacity():
+            self._pressure = True           # flush right after handing this op's outputs out
         rec.outs = pairs
         self.records.append(rec)
         self.node = nxt
@@ -226,7 +227,6 @@ class Engine:
         for r in recs:
             r.outs = [None] * len(r.outs)
         self.node = None
-        self.pending_bytes = 0
 
     # --- boundaries -----------------------------------------------------------------------
     def flush(self, reason: str = "synchronize") -> None:

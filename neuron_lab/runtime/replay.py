@@ -34,12 +34,14 @@ def alive(ref_pair) -> Tensor | None:
 def _fill(target, h: Tensor) -> None:
     """Give a pending shell (or the storage of one's shallow copies) its host value."""
     st = h.untyped_storage()
-    memory.track(st)
     if isinstance(target, Tensor):
+        memory.settle(target.untyped_storage(), st)
         if target.__dict__.get("_d", 0) is None:
             shell.fill(target, h)
-    elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
-        target._h = st
+    else:                                    # only a storage survives (autograd's saved copy)
+        memory.settle(target, st)
+        if getattr(target, "_h", 0) is None:
+            target._h = st
 
 
 def _resolve(a, vals):
