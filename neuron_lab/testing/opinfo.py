@@ -64,13 +64,13 @@ def entry_name(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def skip_reason(op) -> str:
+def skip_reason(op, dtype: torch.dtype = torch.float32) -> str:
     if op.name in RANDOM:
         return "random output (runs on the host generator; not compared)"
     if op.name in UNINITIALISED:
         return "uninitialised output"
-    if torch.float32 not in op.supported_dtypes("cpu"):
-        return "no float32 support on CPU"
+    if dtype not in op.supported_dtypes("cpu"):
+        return f"no {str(dtype).replace('torch.', '')} support on CPU"
     return ""
 
 
@@ -79,17 +79,19 @@ def _fallbacks() -> dict:
     return {f"{r['op']} ({r['reason']})": r["count"] for r in tracking.fallback_ops()}
 
 
-def check(op, mode: str = "eager", limit: int | None = None) -> dict:
+def check(op, mode: str = "eager", limit: int | None = None,
+          dtype: torch.dtype = torch.float32) -> dict:
     """One op_db entry: {name, forward, backward, inplace (pass|fail|skip), reasons, ...}."""
     res = {"name": entry_name(op), "reason": "", "reasons": {}, "notes": [], "samples": 0,
            "moved": 0, "fallbacks": [], "seconds": 0.0}
     res.update({c: "skip" for c in COLUMNS})
-    why = skip_reason(op)
+    why = skip_reason(op, dtype)
     if why:
         res["reason"] = why
         return res
     t0 = time.perf_counter()
-    grad, exact = bool(op.supports_autograd), mode == "eager"
+    grad = bool(op.supports_autograd) and (dtype.is_floating_point or dtype.is_complex)
+    exact = mode == "eager"
     inplace = op.inplace_variant
     status = {"forward": "pass", "backward": "pass" if grad else "skip",
               "inplace": "skip"}
@@ -107,7 +109,7 @@ def check(op, mode: str = "eager", limit: int | None = None) -> dict:
     with neuron_lab.mode(mode), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            pairs = list(samples.pairs(op, torch.float32, grad, limit))
+            pairs = list(samples.pairs(op, dtype, grad, limit))
         except Exception as e:  # noqa: BLE001
             res["reason"] = f"sample generation on CPU: {type(e).__name__}: {first_line(e)}"
             return res
@@ -181,12 +183,12 @@ def ops(full: bool = False, names=None) -> list:
 
 
 def sweep(full: bool = False, mode: str = "eager", names=None, limit: int | None = None,
-          progress=None) -> list[dict]:
+          progress=None, dtype: torch.dtype = torch.float32) -> list[dict]:
     from ..runtime import knobs
     out = []
     with knobs.COMPILE.scoped(knobs.COMPILE.get() and mode == "adaptive"):
         for o in ops(full, names):
-            out.append(check(o, mode, limit))
+            out.append(check(o, mode, limit, dtype))
             if progress:
                 progress(out[-1])
     return out
@@ -211,6 +213,8 @@ def main(argv=None) -> int:
                    help="runtime mode (eager: compared bitwise; adaptive: assert_close)")
     p.add_argument("--ops", help="comma-separated op names or entry names (name.variant)")
     p.add_argument("--limit", type=int, help="at most this many samples per entry")
+    p.add_argument("--dtype", default="float32",
+                   help="sample dtype (float32, the issue's; bfloat16, complex64... find more)")
     p.add_argument("--compile", action="store_true",
                    help="adaptive mode: let the runtime compile fused programs (off by default: "
                         "the sweep checks op semantics; fused programs are tested in tests/runtime)")
@@ -227,9 +231,9 @@ def main(argv=None) -> int:
     with knobs.COMPILE.scoped(a.compile):
         for mode in (("eager", "adaptive") if a.mode == "both" else (a.mode,)):
             t1 = time.time()
-            by_mode[mode] = sweep(a.full, mode, names, a.limit, show)
+            by_mode[mode] = sweep(a.full, mode, names, a.limit, show, getattr(torch, a.dtype))
             print(report.summary(by_mode[mode], mode, time.time() - t1), flush=True)
-    text = report.markdown(by_mode, time.time() - t0, full=a.full)
+    text = report.markdown(by_mode, time.time() - t0, full=a.full, dtype=a.dtype)
     for path, data in ((a.report, text), (a.json, json.dumps(by_mode, indent=1))):
         if path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

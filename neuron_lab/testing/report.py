@@ -59,13 +59,13 @@ def _mode_sections(mode: str, results: list[dict]) -> list[str]:
     return lines
 
 
-def markdown(by_mode: dict, seconds: float, full: bool = True) -> str:
+def markdown(by_mode: dict, seconds: float, full: bool = True, dtype: str = "float32") -> str:
     """``by_mode``: {mode: results}; the first mode's results give the fallbacks and skips."""
     first = next(iter(by_mode.values()))
     samples = sum(x["samples"] for x in first)
     moved = sum(x["moved"] for x in first)
     lines = [
-        f"# OpInfo sweep: {'every op_db entry' if full else 'a subset of op_db'}, float32", "",
+        f"# OpInfo sweep: {'every op_db entry' if full else 'a subset of op_db'}, {dtype}", "",
         f"torch {torch.__version__}; {len(first)} op_db entries, {samples} samples per mode; "
         f"modes: {', '.join(f'{m} (compared {EXACT.get(m, m)})' for m in by_mode)}; "
         f"{seconds:.0f} s in all.", ""]
@@ -91,7 +91,7 @@ def markdown(by_mode: dict, seconds: float, full: bool = True) -> str:
         lines += _mode_sections(mode, results)
     fb = Counter(op for x in first for op in x.get("fallbacks", ()))
     if fb:
-        lines += ["", "## Host fallbacks while running float32 samples", "",
+        lines += ["", f"## Host fallbacks while running {dtype} samples", "",
                   "Not failures (the results agree): what falls back to the host, and why. "
                   "Mostly samples that ask for float64/complex outputs (`dtype=` kwargs).", ""]
         lines += [f"- `{op}` ({n} entries)" for op, n in sorted(fb.items(), key=lambda t: -t[1])]

@@ -1,9 +1,12 @@
 """Real kernels started from this interpreter (throwaway kernelspec pointing at sys.executable).
 
 ``kernel_manager``: an unstarted KernelManager (nbclient starts it); ``kernel``: a started
-kernel's client for tests that talk to the channels directly.
+kernel's client for tests that talk to the channels directly; the ``start_client`` fixture is
+``start_client(km, cwd, env)`` to start one by hand (e.g. with an IPython profile that
+auto-loads the extension).
 """
 import json
+import os
 import sys
 
 import pytest
@@ -22,13 +25,22 @@ def kernel_manager(tmp_path):
                          kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
 
 
-@pytest.fixture
-def kernel(kernel_manager, tmp_path):
-    km = kernel_manager
-    km.start_kernel(cwd=str(tmp_path))
+def start_client(km, cwd, env=None):
+    km.start_kernel(cwd=str(cwd), env={**os.environ, **(env or {})})
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=120)
+    return kc
+
+
+@pytest.fixture(name="start_client")
+def start_client_fixture():
+    return start_client
+
+
+@pytest.fixture
+def kernel(kernel_manager, tmp_path):
+    kc = start_client(kernel_manager, tmp_path)
     yield kc
     kc.stop_channels()
-    km.shutdown_kernel(now=True)
+    kernel_manager.shutdown_kernel(now=True)

@@ -121,3 +121,22 @@ def test_two_frontends_idle_pushes_and_restart(kernel, kernel_manager):
     snap = next(d for d, _ in fresh if d["type"] == P.SNAPSHOT)
     assert snap["fallbacks"] == [] and snap["memory"]["allocated"] == 0
     assert len(snap["cells"]) <= 1                           # at most the %load_ext cell
+
+
+def test_autoload_through_ipython_config(kernel_manager, start_client, tmp_path):
+    """The documented setup: ``c.InteractiveShellApp.extensions = ["neuron_lab"]`` in the
+    profile's ipython_config.py registers the comm target at kernel start, no %load_ext."""
+    profile = tmp_path / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_config.py").write_text('c.InteractiveShellApp.extensions = ["neuron_lab"]\n')
+    kc = start_client(kernel_manager, tmp_path, env={"IPYTHONDIR": str(tmp_path / "ipython")})
+    try:
+        _open_comm(kc)
+        first = _collect(kc, lambda o, m: any(d["type"] == P.SNAPSHOT for d, _ in o), timeout=60)
+        assert [d["type"] for d, _ in first][:2] == [P.HELLO, P.SNAPSHOT]
+        _execute(kc, "import torch\nx = torch.empty(1024, device='neuron')")
+        cell = _collect(kc, lambda o, m: any(d["type"] == P.CELL for d, _ in o))
+        assert any(d["type"] == P.CELL and d["record"]["peak_bytes"] >= 4096 for d, _ in cell)
+    finally:
+        kc.stop_channels()
+        kernel_manager.shutdown_kernel(now=True)
