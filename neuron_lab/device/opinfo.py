@@ -3,7 +3,11 @@
 ``OpFacts`` says, for one ``OpOverload``: which returns alias which arguments (in-place and
 ``out=`` returns hand back the caller's own tensor; view returns get a new shell over the host
 view), whether the op may change a tensor's metadata in place, whether it draws random numbers,
-whether its output shape depends on data (a sync point), and whether it may mix devices.
+whether its output shape depends on data (a sync point), whether it may mix devices, and
+whether its float arguments are *data* (``floats_are_data``): for pointwise, foreach and fused
+optimizer ops a Python float changes the values computed, never the output's shape, strides or
+dtype, so the adaptive runtime can leave the value out of the op's key and pass it to a fused
+program at each launch (an optimizer's step-dependent bias corrections, a scheduled lr).
 """
 from __future__ import annotations
 
@@ -22,12 +26,15 @@ MIXED_OK = TRANSFER | frozenset({"index", "index_put_", "index_put", "_index_put
 RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "_fused_dropout",
                     "_standard_gamma", "_sample_dirichlet", "poisson", "binomial",
                     "_fused_rms_norm"}) - {"_fused_rms_norm"}
+# Not tagged pointwise, but a float argument of theirs is a fill value too.
+FLOAT_VALUE_OPS = frozenset({"fill", "fill_", "full", "full_like", "new_full", "where",
+                             "masked_fill", "masked_fill_"})
 
 
 class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
-                 "zero_tensor")
+                 "zero_tensor", "floats_are_data")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -57,6 +64,8 @@ class OpFacts:
                       and str(schema.returns[0].type) == "Tensor")
         # autograd's zero gradients: a host ZeroTensor has no bytes behind it (see kernels)
         self.zero_tensor = self.base == "_efficientzerotensor"
+        self.floats_are_data = (torch.Tag.pointwise in self.tags or self.base in FLOAT_VALUE_OPS
+                                or self.base.startswith(("_foreach_", "_fused_")))
 
     @staticmethod
     def _alias_of(ret, args, pos):

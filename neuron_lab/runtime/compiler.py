@@ -9,6 +9,13 @@ compiles it for the executor device (C++/OpenMP kernels on CPU, Triton on CUDA).
 ``Plan`` is what a launch needs besides the program: where each input comes from (op index and
 argument path), the aliasing pattern of inputs at compile time (a launch whose inputs alias
 differently runs per-op instead), and which (op, output) pairs the program returns.
+
+Float arguments that are data (``record.FLOAT`` in the key: pointwise/foreach/optimizer ops)
+are not baked into the graph: they arrive packed in one float64 host tensor, the program's first
+input, and each is read inside the graph with ``select`` + ``item()`` (an unbacked SymFloat,
+which is how Dynamo passes unspecialized floats to inductor). The same program then serves every
+optimizer step. A decomposition that would branch on such a value fails to compile instead of
+silently specializing it (unbacked, not guarded), and the region stays per-op.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ class Plan:
     pattern: tuple       # input slot of each occurrence (equal slots = same tensor)
     n_inputs: int
     outputs: tuple       # ((op index, output index), ...) returned by the program
+    scalars: tuple = ()  # ((op index, arg path), ...) of the floats packed in the first input
 
     @property
     def outputs_set(self) -> frozenset:
@@ -57,6 +65,9 @@ def gather_inputs(plan: Plan, records: list) -> list | None:
             return None
         if got == len(inputs):
             inputs.append(shell.host(t))
+    if plan.scalars:
+        inputs.insert(0, torch.tensor([_get(records[i], p) for i, p in plan.scalars],
+                                      dtype=torch.float64))
     return inputs
 
 
@@ -67,10 +78,12 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
     placeholders: list[fx.Node] = []
     examples: list[Tensor] = []
     occurrences, pattern = [], []
+    scalars: list = []                   # (op index, arg path) of data floats
     node_outs: list[list] = []
     hdev = host_device()
+    packed = g.placeholder("scalars")    # the first input; erased if the region has none
 
-    def conv(a, i, path):
+    def conv(a, i, path, floats=False):
         if type(a) is Ref:
             return node_outs[a.pos][a.k]
         if isinstance(a, Tensor):
@@ -84,15 +97,20 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
             occurrences.append((i, path))
             pattern.append(sid)
             return placeholders[sid]
+        if type(a) is float and floats:
+            scalars.append((i, path))
+            sel = g.call_function(torch.ops.aten.select.int, (packed, 0, len(scalars) - 1))
+            return g.call_function(torch.ops.aten._local_scalar_dense.default, (sel,))
         if type(a) is list or type(a) is tuple:
-            return type(a)(conv(x, i, (path[0], j)) for j, x in enumerate(a))
+            return type(a)(conv(x, i, (path[0], j), floats) for j, x in enumerate(a))
         if type(a) is torch.device and a.type == "neuron":
             return hdev
         return a
 
     for i, rec in enumerate(records):
-        args = tuple(conv(a, i, (k, None)) for k, a in enumerate(rec.args))
-        kwargs = {k: conv(v, i, (k, None)) for k, v in (rec.kwargs or {}).items()}
+        fl = rec.facts.floats_are_data
+        args = tuple(conv(a, i, (k, None), fl) for k, a in enumerate(rec.args))
+        kwargs = {k: conv(v, i, (k, None), fl) for k, v in (rec.kwargs or {}).items()}
         node = g.call_function(rec.facts.op, args, kwargs)
         if rec.structure == "t":
             outs = [node]
@@ -103,8 +121,14 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
         node_outs.append(outs)
     outputs = tuple(sorted(required))
     g.output(tuple(node_outs[i][k] for i, k in outputs))
+    if scalars:
+        examples.insert(0, torch.tensor([_get(records[i], p) for i, p in scalars],
+                                        dtype=torch.float64))
+    else:
+        g.erase_node(packed)
     gm = fx.GraphModule(torch.nn.Module(), g)
-    plan = Plan(tuple(occurrences), tuple(pattern), len(placeholders), outputs)
+    gm.meta["neuron_lab_scalars"] = len(scalars)
+    plan = Plan(tuple(occurrences), tuple(pattern), len(placeholders), outputs, tuple(scalars))
     return gm, plan, examples
 
 
@@ -169,7 +193,18 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     _fx_patches_stay_in_their_thread()
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
+    if gm.meta.get("neuron_lab_scalars"):
+        examples = _fake(examples)
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
         with iconf.patch({"cpp.threads": 1}):
             return compile_fx(gm, examples)
     return compile_fx(gm, examples)
+
+
+def _fake(examples: list) -> list:
+    """Example inputs as fake tensors of a mode with a ShapeEnv, so ``item()`` in the graph can
+    make an unbacked SymFloat; shapes stay static (the region's key fixes them)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    return [mode.from_tensor(t, static_shapes=True) for t in examples]

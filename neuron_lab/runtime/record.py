@@ -11,7 +11,11 @@ Key of one argument:
   (relative, so a loop body has the same keys in every iteration); its template is a ``Ref``;
 - any other neuron tensor (an input of the region): ``("x", shape, stride, offset, dtype)``;
 - lists/tuples: a tuple of keys; Python numbers: ``(type, value)`` (1, 1.0 and True differ);
-  everything else (dtypes, None, strings, devices) as itself.
+  everything else (dtypes, None, strings, devices) as itself;
+- a Python float of an op whose floats are data (``OpFacts.floats_are_data``: pointwise, foreach,
+  fused optimizer ops): ``FLOAT``, without its value. The template keeps the value, so a per-op
+  replay uses this call's own number and a fused program receives it as an input; an AdamW
+  step's bias corrections then do not make every step a new region.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from ..device.dtypes import HOST_ONLY
 
 Tensor = torch.Tensor
 _num = (int, float, bool)
+FLOAT = ("float",)      # the key of a float that is data (its value is a region input)
 
 
 class NotQueueable(Exception):
@@ -55,8 +60,9 @@ def _by_storage(a: Tensor, producers: dict):
     return p
 
 
-def _describe(a: Any, pos: int, producers: dict):
-    """(key, template) of one argument; the template has ``Ref`` for region-internal tensors."""
+def _describe(a: Any, pos: int, producers: dict, floats: bool = False):
+    """(key, template) of one argument; the template has ``Ref`` for region-internal tensors.
+    ``floats``: the op's floats are data (keyed by type only)."""
     if isinstance(a, Tensor):
         if a.is_cpu or a.dtype in HOST_ONLY:
             raise NotQueueable
@@ -68,8 +74,10 @@ def _describe(a: Any, pos: int, producers: dict):
         return ("x", a.shape, a.stride(), a.storage_offset(), a.dtype), a
     t = type(a)
     if t is list or t is tuple:
-        pairs = [_describe(x, pos, producers) for x in a]
+        pairs = [_describe(x, pos, producers, floats) for x in a]
         return tuple([k for k, _ in pairs]), t(v for _, v in pairs)
+    if t is float and floats:
+        return FLOAT, a
     if t in _num:
         return (t, a), a
     if t is torch.dtype:
@@ -86,15 +94,16 @@ def _describe(a: Any, pos: int, producers: dict):
 def describe(facts, args, kwargs, pos: int, producers: dict):
     """The op's key and its argument templates (args, kwargs)."""
     keys, targs = [], []
+    floats = facts.floats_are_data
     for a in args:
-        k, v = _describe(a, pos, producers)
+        k, v = _describe(a, pos, producers, floats)
         keys.append(k)
         targs.append(v)
     tkw = None
     if kwargs:
         tkw = {}
         for n in sorted(kwargs):
-            k, v = _describe(kwargs[n], pos, producers)
+            k, v = _describe(kwargs[n], pos, producers, floats)
             keys.append((n, k))
             tkw[n] = v
     return (facts.op, tuple(keys)), tuple(targs), tkw

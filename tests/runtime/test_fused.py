@@ -59,3 +59,24 @@ def test_fused_optimizer_update_mutates_parameters_in_place():
         ref.mul_(0.9).add_(torch.full((64,), 0.5), alpha=-0.1).clamp_(-2, 2)
     torch.testing.assert_close(p.cpu(), ref, rtol=1e-5, atol=1e-6)
     assert runtime.stats()["launches_fused"] >= 1
+
+
+def test_float_scalars_are_program_inputs():
+    """A per-step Python float (a scheduled lr, AdamW's bias corrections) does not make each
+    step a new region: the fused program takes it as an input and follows its value."""
+    p_cpu = torch.linspace(-1, 1, 256)
+    p = p_cpu.to("neuron")
+    g = torch.full((256,), 0.5, device="neuron")
+    ref = p_cpu.clone()
+    lrs = [0.1 / (1 + i) for i in range(8)]
+    with knobs.TRIALS.scoped(1):
+        for lr in lrs:
+            p.mul_(1 - lr * 0.01).add_(g, alpha=-lr).clamp_(-2, 2)
+            p.sum().item()
+    for lr in lrs:
+        ref.mul_(1 - lr * 0.01).add_(torch.full((256,), 0.5), alpha=-lr).clamp_(-2, 2)
+    torch.testing.assert_close(p.cpu(), ref, rtol=1e-5, atol=1e-6)
+    s = runtime.stats()
+    assert s["hits"] >= 6 and s["launches_fused"] >= 2 and s["compiles_failed"] == 0
+    (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 4]
+    assert len(r.plan.scalars) == 2            # mul_'s factor and add_'s alpha

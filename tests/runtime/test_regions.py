@@ -77,3 +77,19 @@ def test_queue_depth_and_flush_reasons(compile_off):
     y.cpu()                                        # a sync point ends the segment
     s = runtime.stats()
     assert s["queue_depth"] == 0 and s["flushes"]["cpu"] == 1
+
+
+def test_float_values_of_pointwise_ops_are_data_not_keys(compile_off):
+    """x * 2.5 and x * 3.5 are one region (the float is an input); x * 2 (an int) is another;
+    floats that can change a shape (arange's end) stay in the key."""
+    a = torch.ones(4, device="neuron")
+    neuron_lab.sync()
+    runtime.reset()
+    got = [(a * s).sum().item() for s in (2.5, 3.5, 4.5)]
+    assert got == [10.0, 14.0, 18.0]
+    s = runtime.stats()
+    assert s["misses"] == 1 and s["hits"] == 2
+    (a * 2).sum().item()
+    assert runtime.stats()["misses"] == 2
+    sizes = [torch.arange(0.0, end, device="neuron").sum().item() for end in (3.0, 4.0, 5.0)]
+    assert sizes == [3.0, 6.0, 10.0]
