@@ -14,6 +14,7 @@ import contextlib
 import os
 
 import torch
+import torch.optim.optimizer as _optim
 
 from . import knobs as _knobs
 
@@ -41,6 +42,19 @@ kernels.before_sync = engine.flush
 shell.materialize_hook = _materialize
 module._sync_hook = lambda reason: engine.flush(reason)
 atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
+
+
+def _optimizer_step_boundary(*_):
+    """``Optimizer.step()`` starts and ends a region (PyTorch's global step hooks): the
+    optimizer update is one region and forward+backward another, from a training loop's second
+    step on, with no sync and no ``mark_step()``; a re-run notebook cell finds the steps its
+    first run cached, although that run's first step also created the optimizer's state."""
+    if engine.records:
+        engine.flush("optimizer-step")
+
+
+_optim.register_optimizer_step_pre_hook(_optimizer_step_boundary)
+_optim.register_optimizer_step_post_hook(_optimizer_step_boundary)
 
 
 def get_mode() -> str:

@@ -5,7 +5,8 @@ State machine per op (installed as the device's ``kernels.launcher``):
 - **capture** (default at a segment start when the trie knows no region starting with this op):
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of a
-  cell or script, ops that cannot be queued (RNG, host fallbacks, CPU tensor arguments), the
+  cell or script, the start and end of ``Optimizer.step()`` (a training step is then two regions,
+  forward+backward and the update), ops that cannot be queued (RNG, host fallbacks, CPU tensor arguments), the
   queue limit (1024), and the **repeated-suffix rule** (only in segments that have gone
   ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync; shorter ones are cut by their syncs, which
   makes the whole step one region): when the ops have repeated with period L

@@ -127,7 +127,6 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
     else:
         g.erase_node(packed)
     gm = fx.GraphModule(torch.nn.Module(), g)
-    gm.meta["neuron_lab_scalars"] = len(scalars)
     plan = Plan(tuple(occurrences), tuple(pattern), len(placeholders), outputs, tuple(scalars))
     return gm, plan, examples
 
@@ -193,7 +192,8 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     _fx_patches_stay_in_their_thread()
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
-    if gm.meta.get("neuron_lab_scalars"):
+    item = torch.ops.aten._local_scalar_dense.default
+    if any(n.target is item for n in gm.graph.nodes):     # packed floats (see module header)
         examples = _fake(examples)
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
         with iconf.patch({"cpp.threads": 1}):

@@ -1,4 +1,4 @@
-"""The runtime's knobs: each a ContextVar/env pair (``neuron_lab.device.config.Knob``).
+"""The runtime's knobs: each a process-wide value/env pair (``neuron_lab.device.config.Knob``).
 
 The adaptive policy's rule, written down (see ``policy.py``): a region is compiled once it has
 been seen ``NEURON_LAB_COMPILE_AFTER`` times and has at least ``NEURON_LAB_MIN_REGION_OPS`` ops;
@@ -26,6 +26,9 @@ TRIALS = Knob("NEURON_LAB_TRIALS", 3, int, doc="fused launches timed before choo
 PARALLEL_MIN_NUMEL = Knob("NEURON_LAB_PARALLEL_MIN_NUMEL", 1 << 18, int,
                           doc="regions with smaller tensors compile single-threaded (CPU executor)")
 CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")
+COMPILE_SWITCH_US = Knob("NEURON_LAB_COMPILE_SWITCH_US", 50.0, float,
+                         doc="the interpreter's GIL switch interval while a background compile "
+                             "runs (0: leave it at Python's 5 ms)")
 SYNC_COMPILE = Knob("NEURON_LAB_SYNC_COMPILE", False, boolean,
                     doc="compile in the foreground (tests); default: background worker")
 CACHE_DIR = Knob("NEURON_LAB_CACHE_DIR",

@@ -3,11 +3,22 @@
 A launch never waits for a compile: until ``region.program`` is set the region runs per-op.
 A failure marks the region per-op for good and records the error (results never change).
 ``NEURON_LAB_SYNC_COMPILE=1`` compiles in the caller's thread (deterministic tests).
+
+Sharing the GIL. A compile is seconds of Python (AOTAutograd tracing, inductor's lowering) that
+holds the GIL; every op the user's thread issues releases the GIL inside PyTorch's bindings and
+then waits for the compile thread to hand it back, up to the interpreter's switch interval
+(5 ms). While a compile runs, the worker lowers the switch interval to
+``NEURON_LAB_COMPILE_SWITCH_US`` (restored when the queue is empty), so the user's thread waits
+at most that long per op. The compile keeps full speed when the user's thread is idle.
+Measured (2 cores, empty cache, 4 regions compiling behind a 300-op AdamW notebook cell that
+takes ~100 ms idle): runs during the compiles took 433/1110/890 ms at 5 ms, 208/210/252/479 ms
+at 200 us, 189/184/155/148 ms at 50 us; the compiles took the same 22 s in all three.
 """
 from __future__ import annotations
 
 import atexit
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -55,12 +66,20 @@ def _compile(region, gm, examples, stats, largest=0) -> None:
 
 
 def _loop() -> None:
+    default = sys.getswitchinterval()
     while True:
         job = _q.get()
         if job is None:
             return
-        _compile(*job)
-        _q.task_done()
+        us = knobs.COMPILE_SWITCH_US.get()
+        if us > 0:
+            sys.setswitchinterval(min(default, us / 1e6))
+        try:
+            _compile(*job)
+        finally:
+            if _q.empty():
+                sys.setswitchinterval(default)
+            _q.task_done()
 
 
 def submit(region, gm, examples, stats, largest: int = 0) -> None:

@@ -80,3 +80,25 @@ def test_float_scalars_are_program_inputs():
     assert s["hits"] >= 6 and s["launches_fused"] >= 2 and s["compiles_failed"] == 0
     (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 4]
     assert len(r.plan.scalars) == 2            # mul_'s factor and add_'s alpha
+
+
+def test_background_compile_shares_the_gil_in_short_slices():
+    """While the worker compiles, the switch interval is NEURON_LAB_COMPILE_SWITCH_US (the
+    user's thread waits at most that long per op for the GIL), restored afterwards; results
+    are those of the per-op path meanwhile."""
+    import sys
+    default = sys.getswitchinterval()
+    x = torch.linspace(0, 1, 4096, device="neuron")
+    neuron_lab.sync()
+    ref = _cell(torch.linspace(0, 1, 4096)).item()
+    seen = set()
+    with knobs.SYNC_COMPILE.scoped(False), knobs.TRIALS.scoped(1):
+        vals = [_cell(x).item() for _ in range(3)]        # the second hit queues the compile
+        while runtime.stats()["compiles_pending"]:
+            vals.append(_cell(x).item())
+            seen.add(sys.getswitchinterval())
+        runtime.wait_compiles()
+    assert runtime.stats()["compiles_done"] == 1
+    assert min(seen) == pytest.approx(knobs.COMPILE_SWITCH_US.get() / 1e6)
+    assert sys.getswitchinterval() == default
+    assert all(v == pytest.approx(ref, rel=1e-5) for v in vals)

@@ -93,3 +93,28 @@ def test_float_values_of_pointwise_ops_are_data_not_keys(compile_off):
     assert runtime.stats()["misses"] == 2
     sizes = [torch.arange(0.0, end, device="neuron").sum().item() for end in (3.0, 4.0, 5.0)]
     assert sizes == [3.0, 6.0, 10.0]
+
+
+def test_rerun_training_cell_hits_every_region(compile_off):
+    """Optimizer.step() starts and ends a region, so the second run of a training cell finds
+    every region its first run cached, though that run's first step also created AdamW's state."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = torch.randn(8, 16, device="neuron"), torch.randint(0, 4, (8,), device="neuron")
+
+    def cell():
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        return loss.item()
+
+    cell()
+    s0 = runtime.stats()
+    cell()
+    s1 = runtime.stats()
+    assert s1["misses"] == s0["misses"] and s1["hits"] - s0["hits"] == 6   # 3 x (forward+backward, update)
+    assert s1["flushes"]["optimizer-step"] == 12
