@@ -34,7 +34,13 @@ engine = Engine()
 def _materialize(s):
     engine.flush("materialize")
     d = s.__dict__.get("_d")
-    return d if isinstance(d, torch.Tensor) else shell._recover(s)
+    d = d if isinstance(d, torch.Tensor) else shell._recover(s)
+    if d is None:       # its producer was deferred and failed: never hand out a made-up value
+        raise RuntimeError(
+            f"neuron: this tensor (shape {tuple(s.shape)}, {s.dtype}) on neuron:0 has no value: "
+            f"the deferred op that computes it failed when its region ran "
+            f"({engine.last_error or 'see the earlier error'}). Recompute it.")
+    return d
 
 
 kernels.launcher = engine.launch

@@ -43,6 +43,7 @@ _executed = tracking.executed
 class Engine:
     def __init__(self) -> None:
         self.cache = RegionCache()
+        self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0})
@@ -103,6 +104,7 @@ class Engine:
         self.stats["ops_per_op"] += 1
         outs = flatten_outputs(out)
         rec = QueuedOp(f, targs, tkw, key)
+        rec.where = tracking.user_frame_token(2)   # ~1.5 us, capture only: replay errors name it
         rec.metas = tuple(replay_meta(t) for t in outs)
         rec.structure = structure_of(out)
         rec.outs = [None] * len(outs)
@@ -153,7 +155,7 @@ class Engine:
     def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):
         pos = len(self.records)
         rec = QueuedOp(f, targs, tkw, key)
-        rec.metas, rec.structure = nxt.metas, nxt.structure
+        rec.metas, rec.structure, rec.where = nxt.metas, nxt.structure, nxt.where
         plan = nxt.plan
         if plan is None:
             plan = nxt.plan = out_plan(f, nxt.metas)
@@ -211,7 +213,11 @@ class Engine:
         needed = replay.live_outputs(recs)
         t_host = time.perf_counter()
         with _range(region, "fused" if region.program is not None else "per-op"):
-            dt = policy.run(region, recs, needed, self.stats)
+            try:
+                dt = policy.run(region, recs, needed, self.stats)
+            except Exception as e:
+                self._explain(e, len(recs), f"region {region.id}")
+                raise
         events.emit(events.LAUNCH, region=region.id, ops=region.ops,
                     kind="fused" if dt[1] else "per-op", seconds=time.perf_counter() - t_host)
         policy.maybe_compile(region, recs, needed, self.stats)
@@ -222,7 +228,12 @@ class Engine:
         if node.depth >= knobs.MIN_SPLIT.get():
             self.cache.insert(recs)
             self._debug("split", node.depth)
-        replay.per_op(recs)
+        try:
+            replay.per_op(recs)
+        except Exception as e:
+            self._explain(e, len(recs), "a deferred segment")
+            self._reset()
+            raise
         self.stats["launches_per_op"] += 1
         self.stats["ops_per_op"] += len(recs)
         for r in recs:
@@ -255,6 +266,21 @@ class Engine:
             self.cache.insert(recs)
             self._debug("miss", len(recs))
         self._reset()
+
+    def _explain(self, e: Exception, n: int, where: str) -> None:
+        """Add the failing deferred op and the user's line that issued it to ``e`` (a note: the
+        exception keeps its type and message); remembered for tensors left without a value."""
+        failed = getattr(e, "neuron_lab_failed", None)
+        if failed is None:
+            return
+        i, rec = failed
+        loc, src = tracking.format_location(rec.where)
+        note = (f"neuron_lab: raised by {rec.facts.name} on neuron:0, op {i + 1} of {n} in {where}"
+                f" that the adaptive runtime deferred; issued at {loc}"
+                + (f": {src}" if src else "") + ". It ran at this later point; "
+                "neuron_lab.set_mode('eager') raises at the op's own line.")
+        e.add_note(note)
+        self.last_error = f"{type(e).__name__}: {e} ({note})"
 
     def _debug(self, what: str, n) -> None:
         if knobs.DEBUG_LEVEL():

@@ -21,9 +21,10 @@ class Node:
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
     determines it, so it is the same for every region through this node)."""
     __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "_new_bytes",
-                 "_alias_outs")
+                 "_alias_outs", "where")
 
-    def __init__(self, depth: int = 0, metas=None, structure=None) -> None:
+    def __init__(self, depth: int = 0, metas=None, structure=None, where=None) -> None:
+        self.where = where        # the user's line that issued this op when it was recorded
         self.children: dict = {}
         self.region: Region | None = None
         self.depth = depth
@@ -96,7 +97,7 @@ class RegionCache:
             key = r.key if keys is None else keys[i]
             nxt = node.children.get(key)
             if nxt is None:
-                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure)
+                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure, r.where)
             node = nxt
         if node.region is not None:
             return node.region

@@ -143,10 +143,11 @@ def out_meta(t: Tensor | None):
 
 
 class QueuedOp:
-    __slots__ = ("facts", "args", "kwargs", "key", "outs", "metas", "structure")
+    __slots__ = ("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where")
 
     def __init__(self, facts, args, kwargs, key) -> None:
         self.facts, self.args, self.kwargs, self.key = facts, args, kwargs, key
+        self.where = None          # tracking.user_frame_token of the user's line (see adaptive)
         self.outs: list = []       # weak references to the output tensors, flattened (or None)
         self.metas: tuple = ()     # their (shape, stride, offset, dtype)
         self.structure: Any = None  # how to rebuild the op's return value from ``outs``

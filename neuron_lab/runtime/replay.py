@@ -60,10 +60,14 @@ def per_op(records: list) -> float:
     """Replay ``records`` one op at a time on the host; returns host seconds."""
     t0 = time.perf_counter()
     vals: list[list] = []
-    for rec in records:
+    for i, rec in enumerate(records):
         args = [_resolve(a, vals) for a in rec.args]
         kwargs = {k: _resolve(v, vals) for k, v in rec.kwargs.items()} if rec.kwargs else {}
-        houts = flatten_outputs(rec.facts.op(*args, **kwargs))
+        try:
+            houts = flatten_outputs(rec.facts.op(*args, **kwargs))
+        except Exception as e:
+            e.neuron_lab_failed = (i, rec)       # which deferred op: the engine explains it
+            raise
         vals.append(houts)
         for k, pair in enumerate(rec.outs):
             if pair is not None and k < len(houts) and houts[k] is not None:

@@ -116,3 +116,26 @@ def test_boolean_indexing_is_never_deferred(compile_off):
     for t in (3.0, 3.0, 3.0, 5.0):          # same keys, different data-dependent sizes
         y = (x * 1)[x > t]
         assert y.shape == ((x > t).sum().item(),)
+
+
+def test_error_in_a_deferred_op_names_the_op_and_the_users_line(compile_off):
+    """A data-dependent error (an index out of range) can only happen when a deferred region
+    runs: it keeps its type and message and gains a note naming the op and the line that
+    issued it; a tensor the failed region never computed raises instead of holding garbage."""
+    x = torch.randn(8, device="neuron")
+
+    def gather(idx):
+        y = x * 2
+        z = y[idx]                                   # the line the note must name
+        return (z + 1).sum()
+
+    for _ in range(3):
+        gather(torch.tensor([1, 2], device="neuron")).item()
+    r = gather(torch.tensor([1, 20], device="neuron"))   # deferred: nothing has run yet
+    with pytest.raises(IndexError, match="out of bounds") as info:
+        r.item()
+    (note,) = info.value.__notes__
+    assert "aten::index.Tensor" in note and "test_semantics.py:" in note and "z = y[idx]" in note
+    with pytest.raises(RuntimeError, match="has no value.*out of bounds"):
+        (r + 1).cpu()
+    assert gather(torch.tensor([3], device="neuron")).item() == pytest.approx(x[3].item() * 2 + 1)
