@@ -32,7 +32,10 @@ import torch
 from . import config, events
 
 SEGMENT = 2 << 20
-_lock = threading.Lock()
+# Reentrant: creating an entry (tuple, weakref) can run the cyclic GC, which can free another
+# storage and call ``_freed`` on this same thread while the lock is held (a plain Lock deadlocked
+# the adaptive OpInfo sweep in ``settle``).
+_lock = threading.RLock()
 _live: dict[int, tuple[weakref.ref, int]] = {}   # id(storage) -> (weakref, nbytes)
 _state = {"allocated": 0, "peak": 0, "reserved": 0, "reserved_peak": 0,
           "n_alloc": 0, "n_free": 0, "bytes_alloc": 0, "bytes_freed": 0, "ooms": 0,

@@ -128,3 +128,37 @@ def test_summary_and_mem_get_info(base):
     assert free == total - torch.neuron.memory_reserved()
     del x
 
+
+
+def test_a_storage_freed_by_the_gc_while_accounting_does_not_deadlock():
+    """The cyclic GC can run inside memory accounting (it allocates tuples and weakrefs) and
+    free a storage there, whose callback re-enters the accounting on the same thread."""
+    import gc
+    import threading
+    from neuron_lab.device import memory
+
+    class Cycle:
+        pass
+    done = threading.Event()
+
+    def body():
+        gc.collect()
+        before = torch.neuron.memory_allocated()
+        old = gc.get_threshold()
+        gc.set_threshold(1)              # collect at (almost) every allocation
+        try:
+            for _ in range(50):
+                c = Cycle()
+                c.me, c.t = c, torch.ones(64, device="neuron")   # freed only by the GC
+                del c
+                with memory._lock:       # the callback must be able to take the lock again
+                    memory.settle(torch.empty(0).untyped_storage(), torch.empty(0).untyped_storage())
+        finally:
+            gc.set_threshold(*old)
+        gc.collect()
+        assert torch.neuron.memory_allocated() == before
+        done.set()
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(60)
+    assert done.is_set(), "memory accounting deadlocked"
