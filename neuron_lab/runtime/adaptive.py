@@ -4,17 +4,17 @@ State machine per op (installed as the device's ``kernels.launcher``):
 
 - **capture** (default at a segment start when the trie knows no region starting with this op):
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
-  region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of a
-  cell or script, the start and end of ``Optimizer.step()`` (a training step is then two regions,
-  forward+backward and the update), ops that cannot be queued (RNG, host fallbacks, CPU tensor arguments), the
-  queue limit (1024), and the **repeated-suffix rule** (only in segments that have gone
-  ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync; shorter ones are cut by their syncs, which
-  makes the whole step one region): when the ops have repeated with period L
-  for R more ops (R = the smallest multiple of L that is >= ``NEURON_LAB_MIN_PERIOD_OPS``, 32,
-  and R <= ``NEURON_LAB_MAX_PERIOD``, 512), those R ops are cut into their own region — whole
-  periods, long enough to be worth a fused launch.
-  Keys are position-relative, so a loop body has the same keys in every iteration; a training
-  loop without syncs and a re-run notebook cell both become stable regions without mark_step().
+  region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
+  a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
+  regions, forward+backward and the update), ops that cannot be queued (RNG, host fallbacks,
+  CPU tensor arguments), the queue limit (1024), and the **repeated-suffix rule** (only in
+  segments that have gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync; shorter ones
+  are cut by their syncs, which makes the whole step one region): when the ops have repeated
+  with period L for R more ops (R = the smallest multiple of L that is >=
+  ``NEURON_LAB_MIN_PERIOD_OPS``, 32, and R <= ``NEURON_LAB_MAX_PERIOD``, 512), those R ops are
+  cut into their own region — whole periods, long enough to be worth a fused launch. Keys are
+  position-relative, so a loop body has the same keys in every iteration; a training loop
+  without syncs and a re-run notebook cell both become stable regions without mark_step().
 - **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
   tensors with metadata predicted from the trie (no meta-kernel on the hot path). When the path
   reaches a region's end it is launched: the fused program if the policy says so, else a per-op
