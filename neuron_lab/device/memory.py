@@ -94,38 +94,39 @@ def check(requested: int, op: str) -> None:
             f"the capacity with NEURON_LAB_HBM_GB. Every existing tensor is unchanged.")
 
 
-def track(storage, op: str | None = None) -> None:
-    """Count ``storage`` as device memory until it dies (no-op if already counted). With ``op``,
-    first check the capacity (OutOfMemoryError naming ``op``)."""
+def _watch(storage) -> weakref.ref:
+    """A weak reference whose callback uncounts ``storage`` the moment it dies."""
     key = id(storage)
-    if key in _live:
-        return
-    n = storage.nbytes()
-    s = _state
-    if op is not None and s["allocated"] + n > capacity():
-        check(n, op)
-    ref = weakref.ref(storage, lambda _r, key=key: _freed(key))
+    return weakref.ref(storage, lambda _r, key=key: _freed(key))
+
+
+def _count(storage, n: int) -> None:
     # No lock on this path: allocations happen on threads that hold the GIL one at a time (the
     # caller blocks while autograd's device thread runs the backward pass).
-    _live[key] = (ref, n)
+    _live[id(storage)] = (_watch(storage), n)
+    s = _state
     s["allocated"] += n
     s["n_alloc"] += 1
     s["bytes_alloc"] += n
     _raise_peaks(s)
 
 
+def track(storage, op: str | None = None) -> None:
+    """Count ``storage`` as device memory until it dies (no-op if already counted). With ``op``,
+    first check the capacity (OutOfMemoryError naming ``op``)."""
+    if id(storage) in _live:
+        return
+    n = storage.nbytes()
+    if op is not None and _state["allocated"] + n > capacity():
+        check(n, op)
+    _count(storage, n)
+
+
 def reserve(storage, nbytes: int) -> None:
     """Count pending shell storage ``storage`` as ``nbytes`` until it dies or is settled (the
     caller checked the capacity first, for all of an op's outputs at once)."""
-    key = id(storage)
-    if key in _live or not nbytes:
-        return
-    s = _state
-    _live[key] = (weakref.ref(storage, lambda _r, key=key: _freed(key)), nbytes)
-    s["allocated"] += nbytes
-    s["n_alloc"] += 1
-    s["bytes_alloc"] += nbytes
-    _raise_peaks(s)
+    if nbytes and id(storage) not in _live:
+        _count(storage, nbytes)
 
 
 def settle(pending_storage, host_storage) -> None:
@@ -142,7 +143,7 @@ def settle(pending_storage, host_storage) -> None:
             _state["bytes_freed"] += entry[1]
             return
         n = host_storage.nbytes()
-        _live[key] = (weakref.ref(host_storage, lambda _r, key=key: _freed(key)), n)
+        _live[key] = (_watch(host_storage), n)
         _state["allocated"] += n
         if n != entry[1]:        # keep the totals consistent with what is live
             _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
@@ -153,8 +154,7 @@ def move(old_storage, new_storage) -> None:
     """A pending shell got a new storage object (a deferred ``t_``/``squeeze_``): keep its count."""
     entry = _live.pop(id(old_storage), None)
     if entry is not None:
-        key = id(new_storage)
-        _live[key] = (weakref.ref(new_storage, lambda _r, key=key: _freed(key)), entry[1])
+        _live[id(new_storage)] = (_watch(new_storage), entry[1])
 
 
 def _raise_peaks(s: dict) -> None:

@@ -66,9 +66,13 @@ def gather_inputs(plan: Plan, records: list) -> list | None:
         if got == len(inputs):
             inputs.append(shell.host(t))
     if plan.scalars:
-        inputs.insert(0, torch.tensor([_get(records[i], p) for i, p in plan.scalars],
-                                      dtype=torch.float64))
+        inputs.insert(0, _packed(plan.scalars, records))
     return inputs
+
+
+def _packed(scalars, records: list) -> Tensor:
+    """The region's data floats, in plan order, as the program's first input."""
+    return torch.tensor([_get(records[i], p) for i, p in scalars], dtype=torch.float64)
 
 
 def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
@@ -122,8 +126,7 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
     outputs = tuple(sorted(required))
     g.output(tuple(node_outs[i][k] for i, k in outputs))
     if scalars:
-        examples.insert(0, torch.tensor([_get(records[i], p) for i, p in scalars],
-                                        dtype=torch.float64))
+        examples.insert(0, _packed(scalars, records))
     else:
         g.erase_node(packed)
     gm = fx.GraphModule(torch.nn.Module(), g)

@@ -34,14 +34,13 @@ def alive(ref_pair) -> Tensor | None:
 def _fill(target, h: Tensor) -> None:
     """Give a pending shell (or the storage of one's shallow copies) its host value."""
     st = h.untyped_storage()
-    if isinstance(target, Tensor):
-        memory.settle(target.untyped_storage(), st)
+    is_tensor = isinstance(target, Tensor)
+    memory.settle(target.untyped_storage() if is_tensor else target, st)
+    if is_tensor:
         if target.__dict__.get("_d", 0) is None:
             shell.fill(target, h)
-    else:                                    # only a storage survives (autograd's saved copy)
-        memory.settle(target, st)
-        if getattr(target, "_h", 0) is None:
-            target._h = st
+    elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
+        target._h = st
 
 
 def _resolve(a, vals):
