@@ -22,7 +22,8 @@ MIN_SPLIT = Knob("NEURON_LAB_MIN_SPLIT", 8, int,
 COMPILE = Knob("NEURON_LAB_COMPILE", True, boolean, doc="compile hot regions with inductor")
 COMPILE_AFTER = Knob("NEURON_LAB_COMPILE_AFTER", 2, int, doc="hits before a region is compiled")
 MIN_REGION_OPS = Knob("NEURON_LAB_MIN_REGION_OPS", 4, int, doc="smallest region worth compiling")
-TRIALS = Knob("NEURON_LAB_TRIALS", 3, int, doc="fused launches timed before choosing")
+TRIALS = Knob("NEURON_LAB_TRIALS", 3, int,
+              doc="fused launches timed before choosing (0: no A/B, compiled regions run fused)")
 PARALLEL_MIN_NUMEL = Knob("NEURON_LAB_PARALLEL_MIN_NUMEL", 1 << 18, int,
                           doc="regions with smaller tensors compile single-threaded (CPU executor)")
 CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")

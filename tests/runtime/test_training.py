@@ -1,13 +1,17 @@
 """Training in adaptive mode gives eager's losses, with fused regions actually used.
 
 Tolerance: fused programs may reorder float32 reductions, so losses are compared with
-rtol=1e-4, atol=1e-5 over 50 steps (observed max difference ~2e-7 for the MLP).
+rtol=1e-4, atol=1e-5 over 50 steps (observed max difference ~2e-7 for the MLP). The policy's
+fused-vs-per-op A/B is off (``TRIALS`` = 0: compiled regions run fused), so the launch counters
+do not depend on machine load: with it on, a loaded machine judged the MLP's forward+backward
+region slower fused and the fused share fell to 0.26.
 """
 import torch
 from torch import nn
 
 import neuron_lab
 from neuron_lab import runtime
+from neuron_lab.runtime import knobs
 
 
 def _mlp():
@@ -47,7 +51,8 @@ def _train(make, data, mode, steps=50):
 def _check(make, data):
     eager = _train(make, data, "eager")
     runtime.reset()
-    adaptive = _train(make, data, "adaptive")
+    with knobs.TRIALS.scoped(0):
+        adaptive = _train(make, data, "adaptive")
     torch.testing.assert_close(adaptive, eager, rtol=1e-4, atol=1e-5)
     s = runtime.stats()
     assert s["launches_fused"] > 0 and s["ops_fused"] > 0, s
