@@ -146,8 +146,13 @@ def fallback_ops() -> list[dict[str, Any]]:
 
 
 def counters() -> dict[str, Any]:
+    """A snapshot; safe from any thread (telemetry pushes from its own): ``record_fallback``
+    mutates ``_fallbacks`` under ``_lock``, and summing it in a generator without the lock raised
+    "dictionary changed size during iteration" in the pusher thread."""
+    with _lock:
+        fallbacks = sum(r["count"] for r in _fallbacks.values())
     return {"ops": sum(executed.values()), "distinct_ops": len(executed),
-            "fallbacks": sum(r["count"] for r in _fallbacks.values()),
+            "fallbacks": fallbacks,
             "syncs": dict(_syncs), "sync_total": sum(_syncs.values()), **_transfer}
 
 

@@ -89,3 +89,38 @@ def test_counters_and_transfers(x):
     assert after["h2d_bytes"] - before["h2d_bytes"] == 1024
     assert after["d2h_bytes"] - before["d2h_bytes"] == 16
     assert after["sync_total"] > before["sync_total"]
+
+
+def test_counters_can_be_read_from_another_thread_while_fallbacks_are_recorded():
+    """Telemetry snapshots ``counters()`` from its pusher thread; with the main thread adding
+    fallback rows meanwhile, summing them without the lock raised "dictionary changed size
+    during iteration" in the pusher (seen in CI as an error in a later test's setup)."""
+    import sys
+    import threading
+    from neuron_lab.device import tracking
+
+    errors, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                tracking.counters()
+            except RuntimeError as e:
+                errors.append(e)
+
+    def record(i):                       # a user frame for the fallback's location
+        tracking.record_fallback(f"aten::test_op_{i}", "test")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)          # switch often: the race shows within a few hundred rows
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        for i in range(1000):
+            record(i)
+    finally:
+        stop.set()
+        t.join(10)
+        sys.setswitchinterval(old)
+        neuron_lab.clear_op_tracking()
+    assert errors == []
