@@ -1,6 +1,7 @@
 """neuron_lab: PyTorch on an (emulated) AWS Trainium ``neuron`` device, Jupyter first.
 
-``import neuron_lab`` registers the ``neuron`` device (idempotent). Layers, each importing only
+``import neuron_lab`` registers the ``neuron`` device (idempotent); so does ``import torch`` alone,
+through the ``torch.backends`` entry point (``_autoload``). Layers, each importing only
 the ones above it: ``device`` -> ``runtime`` -> ``telemetry`` -> ``jupyter``; this module is the
 façade that re-exports the public names (see ``shared/DESIGN.md``, "Public names").
 """
@@ -15,6 +16,14 @@ _register()
 from .device import config as _config  # noqa: E402
 from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of
+    ``import torch``, so ``device="neuron"`` works in a process that never imports neuron_lab,
+    as for other out-of-tree backends. Importing this package already registered the device;
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` makes PyTorch skip it."""
+    _register()
 
 
 def set_fallback(policy: str) -> None:

@@ -7,11 +7,9 @@ host executor's default generator, so ``torch.manual_seed(s)`` gives the same ``
 """
 from __future__ import annotations
 
-import types
-
 import torch
 
-from . import executor, memory
+from . import executor, memory, properties
 
 _sync_hook = None  # set by the runtime: flush queued work
 
@@ -36,27 +34,16 @@ def current_device() -> int:
     return 0
 
 
-def _check_index(device) -> int:
-    idx = device if isinstance(device, int) else torch.device(device).index if device is not None else 0
-    if idx not in (None, 0):
-        raise RuntimeError(f"neuron: invalid device index {idx}: this machine has 1 neuron device "
-                           f"(neuron:0)")
-    return 0
+_check_index = properties.check_index
 
 
 def set_device(device) -> None:
     _check_index(device)
 
 
-def get_device_name(device=None) -> str:
-    _check_index(device)
-    return f"Trainium2 (emulated on {executor.executor_name()})"
-
-
-def get_device_properties(device=None):
-    _check_index(device)
-    return types.SimpleNamespace(name=get_device_name(), total_memory=memory.capacity(),
-                                 executor=executor.executor_name())
+get_device_name = properties.device_name
+get_device_properties = properties.device_properties
+get_device_capability = properties.device_capability
 
 
 def synchronize(device=None) -> None:

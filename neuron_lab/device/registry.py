@@ -4,9 +4,10 @@
 ``nn.Module.to`` and ``backward()`` need. It stops short in a few places, patched here, each
 narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls PyTorch's own):
 
-1. ``torch.accelerator.synchronize`` raises "Backend doesn't support synchronizing all streams"
-   and ``torch.accelerator.memory.*`` says the allocator is not a DeviceAllocator: both are
-   routed to ``torch.neuron`` when the current accelerator is ``neuron``.
+1. ``torch.accelerator.synchronize`` raises "Backend doesn't support synchronizing all streams",
+   ``torch.accelerator.memory.*`` says the allocator is not a DeviceAllocator and
+   ``get_device_capability`` says the backend has none: all are routed to ``torch.neuron`` when
+   the current accelerator is ``neuron``.
 2. ``torch.save``: a shell's storage holds no bytes, so ``Tensor._reduce_ex_internal`` takes the
    path PyTorch already uses for storage-less backends (copy to CPU, rebuild on load honouring
    ``map_location``).
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import autocast, kernels, module, tracking
+from . import autocast, kernels, module, properties, tracking
 from .opinfo import facts
 
 _registered = False
@@ -167,14 +168,17 @@ def _patch_accelerator() -> None:
     mem = getattr(acc, "memory", None)
     if mem is None:
         return
-    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
-                 "reset_accumulated_memory_stats", "empty_cache", "mem_get_info"):
+    # torch.accelerator name -> torch.neuron name
+    for name, ours in (("memory_allocated", None), ("max_memory_allocated", None),
+                       ("memory_reserved", None), ("max_memory_reserved", None),
+                       ("memory_stats", None), ("reset_peak_memory_stats", None),
+                       ("reset_accumulated_memory_stats", None), ("empty_cache", None),
+                       ("mem_get_info", None), ("get_memory_info", "mem_get_info")):
         orig = getattr(mem, name, None)
         if orig is None:
             continue
 
-        def routed(*a, _orig=orig, _name=name, **k):
+        def routed(*a, _orig=orig, _name=ours or name, **k):
             if acc.current_accelerator().type == "neuron":
                 return getattr(module, _name)(*a, **k)
             return _orig(*a, **k)
@@ -183,6 +187,16 @@ def _patch_accelerator() -> None:
         setattr(mem, name, routed)
         if getattr(acc, name, None) is orig:
             setattr(acc, name, routed)
+    # a Python PrivateUse1 hook cannot answer the C++ capability query ("Backend doesn't
+    # support getting device capabilities")
+    orig_cap = acc.get_device_capability
+
+    def get_device_capability(device=None, /):
+        if acc.current_accelerator().type == "neuron":
+            return properties.accelerator_capability(device)
+        return orig_cap(device)
+
+    acc.get_device_capability = get_device_capability
 
 
 def _patch_tensor() -> None:

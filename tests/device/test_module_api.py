@@ -34,6 +34,27 @@ def test_device_management():
     m.synchronize(0)
 
 
+def test_device_properties_follow_the_modelled_hbm():
+    from neuron_lab.device import config
+    m = torch.neuron
+    props = m.get_device_properties("neuron:0")
+    assert props.name == m.get_device_name(0) == m.get_device_name()
+    assert "Trainium2" in props.name and props.is_emulated
+    assert (props.major, props.minor) == m.get_device_capability() == (3, 0)
+    assert props.multi_processor_count == 8 and props.total_memory == m.mem_get_info()[1]
+    with config.HBM_GB.scoped(2.0):
+        assert m.get_device_properties().total_memory == m.mem_get_info()[1] == 2 << 30
+        assert torch.accelerator.get_memory_info()[1] == 2 << 30
+    assert "total_memory=" in repr(props)
+    caps = torch.accelerator.get_device_capability()
+    assert torch.bfloat16 in caps["supported_dtypes"]
+    assert torch.float64 not in caps["supported_dtypes"]
+    with pytest.raises(RuntimeError, match="1 neuron device"):
+        m.get_device_properties(1)
+    with pytest.raises(RuntimeError, match="expected a neuron device"):
+        m.get_device_name("cpu")
+
+
 def test_accelerator_api():
     acc = torch.accelerator
     assert acc.is_available() and acc.current_accelerator() == torch.device("neuron")
