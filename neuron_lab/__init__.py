@@ -17,6 +17,8 @@ from .device import config as _config  # noqa: E402
 from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
 
+_config.validate_environment()   # every NEURON_LAB_* knob is now defined: fail here, by name
+
 
 def _autoload() -> None:
     """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of

@@ -9,8 +9,9 @@ Lookup order for an op called on ``neuron`` tensors (the dispatcher's, written d
 3. a boxed PrivateUse1 fallback for anything else (non-aten namespaces), same generic path.
 
 The generic kernel ``execute`` = unwrap (host views of neuron tensors; device checks) ->
-policy (Trainium dtype rules, RNG and data-dependent ops recorded) -> run the op on the host
-executor -> account memory (OOM before any result escapes) -> wrap results (in-place/``out=``
+policy (Trainium dtype rules, RNG and data-dependent ops recorded) -> admission (the output
+bytes known from the arguments are checked against the capacity before the host allocates, see
+``sizing``) -> run the op on the host executor -> account memory (OOM before any result escapes) -> wrap results (in-place/``out=``
 return the caller's own tensor, everything else a new shell). The adaptive runtime installs
 ``launcher`` to queue ops instead; its per-op replay calls ``execute``.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from . import config, dtypes, memory, shell, tracking
+from . import config, dtypes, memory, shell, sizing, tracking
 from .executor import host_device
 from .opinfo import OpFacts, facts
 
@@ -62,13 +63,19 @@ def _unwrap_list(f: OpFacts, seq, found: list) -> list:
     return out
 
 
+def _written(f: OpFacts, t: Tensor, args) -> bool:
+    """Is host tensor ``t`` an argument the op writes? A 0-dim CPU tensor may be an *input* on
+    neuron (a CPU scalar, as on CUDA) but never an output."""
+    return any(i < len(args) and args[i] is t for i in f.mutates)
+
+
 def unwrap(f: OpFacts, args, kwargs, found: list):
     """Host-side args/kwargs; appends the dtypes of neuron tensors seen to ``found``."""
     hargs = []
     for a in args:
         if isinstance(a, Tensor):
             if a.is_cpu:
-                if a.dim() and not f.mixed_ok:
+                if (a.dim() or _written(f, a, args)) and not f.mixed_ok:
                     raise _mismatch(f, a)
             else:
                 found.append(a.dtype)
@@ -83,9 +90,12 @@ def unwrap(f: OpFacts, args, kwargs, found: list):
     if kwargs:
         hk = {}
         for k, v in kwargs.items():
-            if isinstance(v, Tensor) and not v.is_cpu:
-                found.append(v.dtype)
-                v = shell.host(v)
+            if isinstance(v, Tensor):
+                if not v.is_cpu:
+                    found.append(v.dtype)
+                    v = shell.host(v)
+                elif (v.dim() or k in f.written_kw) and not f.mixed_ok:
+                    raise _mismatch(f, v)   # out=cpu_tensor: CUDA raises too, never writes it
             elif type(v) is list:
                 v = _unwrap_list(f, v, found)
             elif k == "device" and v is not None:
@@ -148,11 +158,29 @@ def execute(f: OpFacts, args, kwargs):
     if f.random or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
         _policy(f, found + _out_dtype(kwargs))
     _executed[f.name] += 1
-    out = f.call(*hargs, **hkwargs)
+    if f.sizer is not None:
+        _admit(f, args, kwargs)
+    try:
+        out = f.call(*hargs, **hkwargs)
+    except RuntimeError as e:
+        oom = sizing.host_oom(e, f.name, memory.capacity(), memory.memory_allocated())
+        if oom is not None:
+            raise oom from None
+        raise
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
         memory.track(out.untyped_storage(), f.name)
         return shell.wrap(out)
     return wrap_result(f, out, args, kwargs)
+
+
+def _admit(f: OpFacts, args, kwargs) -> None:
+    """Check the capacity for the bytes ``f`` will allocate, before the host allocates them."""
+    try:
+        n = f.sizer(args, kwargs)
+    except (TypeError, ValueError, AttributeError, OverflowError, IndexError):
+        return          # arguments the prediction does not understand: checked after the op
+    if n and memory._state["allocated"] + n > memory.capacity():
+        memory.check(n, f.name)
 
 
 def _wrap_value(f: OpFacts, h, alias, args, kwargs):

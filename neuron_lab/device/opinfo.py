@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from . import sizing
+
 # Ops whose output *shape* depends on tensor values: the host must see the data (sync point).
 DATA_DEPENDENT = frozenset({
     "nonzero", "nonzero_static", "masked_select", "unique_dim", "unique_consecutive", "_unique",
@@ -34,7 +36,8 @@ FLOAT_VALUE_OPS = frozenset({"fill", "fill_", "full", "full_like", "new_full", "
 class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
-                 "zero_tensor", "floats_are_data")
+                 "zero_tensor", "floats_are_data", "sizer",
+                 "written_kw")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -46,6 +49,8 @@ class OpFacts:
         self.ret_alias = tuple(self._alias_of(r, args, pos) for r in schema.returns)
         self.mutates = tuple(i for i, a in enumerate(args)
                              if a.alias_info is not None and a.alias_info.is_write)
+        self.written_kw = frozenset(a.name for a in args if a.kwarg_only and a.alias_info is not None
+                                    and a.alias_info.is_write)   # out=, values=, indices=...
         self.tags = set(op.tags)
         self.is_inplace = self.base.endswith("_") or any(a.kwarg_only and a.name == "out" for a in args)
         self.restride = (torch.Tag.inplace_view in self.tags or self.base.startswith("resize")
@@ -66,6 +71,8 @@ class OpFacts:
         self.zero_tensor = self.base == "_efficientzerotensor"
         self.floats_are_data = (torch.Tag.pointwise in self.tags or self.base in FLOAT_VALUE_OPS
                                 or self.base.startswith(("_foreach_", "_fused_")))
+        # the output bytes, known from the arguments: checked before the host allocates
+        self.sizer = sizing.sizer(op)
 
     @staticmethod
     def _alias_of(ret, args, pos):

@@ -47,6 +47,26 @@ def test_what_cuda_allows_is_allowed(any_mode):
     assert dst.sum().item() == 0
 
 
+@pytest.mark.parametrize("out", [lambda: torch.zeros(3), lambda: torch.zeros(())],
+                         ids=["1d", "0d"])
+def test_out_on_the_host_is_refused_and_left_unwritten(out, any_mode):
+    """``torch.add(n, n, out=cpu_tensor)`` raises as on CUDA (it used to write the CPU tensor);
+    a 0-dim CPU tensor is a scalar *input*, never an output."""
+    o = out()
+    with pytest.raises(RuntimeError, match=SAME_DEVICE) as e:
+        torch.add(n(3), n(3), out=o)
+    assert "aten::add.out" in str(e.value) and torch.count_nonzero(o) == 0
+    vals, idx = torch.zeros(2), torch.zeros(2, dtype=torch.long)
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch.max(n(2, 3), 1, out=(vals, idx))
+    assert torch.count_nonzero(vals) == 0
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch.zeros(()).add_(n(3).sum())
+    into = n(3)
+    torch.add(n(3), n(3), out=into)                               # neuron out= still works
+    assert torch.equal(into.cpu(), torch.full((3,), 2.0))
+
+
 @pytest.mark.parametrize("call", [
     lambda: torch.ones(2, device="neuron:3"), lambda: torch.ones(2).to("neuron:1"),
     lambda: torch.ones(2).to(torch.device("neuron", 2)), lambda: n(2).to("neuron:5"),

@@ -105,3 +105,59 @@ def test_adaptive_oom_while_deferring_leaves_no_phantom_bytes():
                 keep.repeat(10, 10)             # 1.6 MiB: over capacity, raised at the op
             neuron_lab.sync()
             assert torch.equal((keep * 2).cpu(), keep.cpu() * 2)   # 16 KiB: fits
+
+
+def _host_allocations(fn) -> list[int]:
+    """Bytes of every host (CPU allocator) allocation ``fn`` made, seen by PyTorch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with pytest.raises(torch.OutOfMemoryError) as e:
+            fn()
+    return [ev.cpu_memory_usage for ev in prof.events() if ev.cpu_memory_usage > 0], str(e.value)
+
+
+BIG = 64 * MiB     # over the 1 MiB headroom, small enough for any host
+HOST: list = []
+
+
+@pytest.mark.parametrize("name,call", [
+    ("aten::zeros", lambda: torch.zeros(BIG, dtype=torch.uint8, device="neuron")),
+    ("aten::full", lambda: torch.full((BIG // 4,), 2.0, device="neuron")),
+    ("aten::randn", lambda: torch.randn(BIG // 4, device="neuron")),
+    ("aten::_to_copy", lambda: HOST[0].to("neuron")),                 # a transfer
+    ("aten::arange", lambda: torch.arange(BIG // 8, device="neuron")),
+    ("aten::empty_permuted", lambda: torch.ones_like(torch.empty(BIG, dtype=torch.uint8,
+                                                            device="meta"), device="neuron")),
+    ("aten::empty_strided", lambda: torch.empty_strided((BIG // 4, 2), (1, BIG // 4),
+                                                        device="neuron")),
+    ("aten::repeat", lambda: torch.ones(1024, device="neuron").repeat(BIG // 4096)),
+    ("aten::eye", lambda: torch.eye(4096, device="neuron")),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_oom_is_raised_before_the_host_allocates(headroom, name, call):
+    """Issue 15: ``torch.zeros(3 GiB)`` on a 1 GiB device zero-filled 3 GiB of host memory
+    before raising; the capacity is now checked first (the profiler sees no host allocation of
+    the requested size)."""
+    HOST[:] = [torch.empty(BIG, dtype=torch.uint8)]      # the transfer's source, made outside
+    sizes, msg = _host_allocations(call)
+    HOST.clear()
+    assert name in msg and "modelled HBM capacity" in msg
+    assert not [n for n in sizes if n >= MiB], sizes
+
+
+def test_larger_than_host_ram_is_out_of_memory_whatever_the_capacity(headroom):
+    """A modelled capacity above the host's RAM: the host allocator's failure is reported as
+    ``torch.OutOfMemoryError`` (it was a plain RuntimeError), and nothing is counted."""
+    one = torch.ones(1, 1, device="neuron")
+    before = torch.neuron.memory_allocated()
+    with pytest.raises(torch.OutOfMemoryError) as e:
+        torch.empty(1 << 50, dtype=torch.uint8, device="neuron")    # 1 PiB, over capacity
+    assert "modelled HBM capacity" in str(e.value)
+    with config.HBM_GB.scoped(float(1 << 21)):                      # 2 PiB modelled
+        with pytest.raises(torch.OutOfMemoryError) as e:
+            torch.empty(1 << 50, dtype=torch.uint8, device="neuron")
+        with pytest.raises(torch.OutOfMemoryError):
+            one.expand(1 << 24, 1 << 24).contiguous()
+    msg = str(e.value)
+    assert "aten::empty.memory_format" in msg and "1125899906842624 bytes" in msg
+    assert "NEURON_LAB_HBM_GB" in msg and "host" in msg
+    assert torch.neuron.memory_allocated() == before
