@@ -8,8 +8,21 @@ façade that re-exports the public names (see ``shared/DESIGN.md``, "Public name
 from __future__ import annotations
 
 __version__ = "0.1.0"
+_ready = False
 
-from .device import register as _register
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of
+    ``import torch``, so ``device="neuron"`` works in a process that never imports neuron_lab,
+    as for other out-of-tree backends; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` makes PyTorch skip it.
+    Defined before anything imports torch: when ``import neuron_lab`` comes first, its own
+    ``import torch`` calls this on the half-imported package, and the rest of this file
+    registers the device."""
+    if _ready:
+        _register()
+
+
+from .device import register as _register  # noqa: E402
 
 _register()
 
@@ -18,14 +31,7 @@ from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # no
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
 
 _config.validate_environment()   # every NEURON_LAB_* knob is now defined: fail here, by name
-
-
-def _autoload() -> None:
-    """The ``torch.backends`` entry point (pyproject.toml): PyTorch calls it at the end of
-    ``import torch``, so ``device="neuron"`` works in a process that never imports neuron_lab,
-    as for other out-of-tree backends. Importing this package already registered the device;
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` makes PyTorch skip it."""
-    _register()
+_ready = True
 
 
 def set_fallback(policy: str) -> None:

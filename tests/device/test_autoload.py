@@ -62,6 +62,14 @@ def test_import_torch_alone_registers_neuron(dist):
     assert r.stdout.split() == ["neuron:0", "6.0", "True"]
 
 
+def test_import_neuron_lab_first_still_works(dist):
+    """``import neuron_lab`` imports torch, whose autoload calls the entry point on the
+    half-imported package: that must neither fail nor register twice."""
+    r = _run("import neuron_lab, torch\n" + PROBE, autoload=None, extra_path=dist)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["neuron:0", "6.0", "True"]
+
+
 def test_autoload_off_leaves_neuron_unknown(dist):
     r = _run(PROBE, autoload="0", extra_path=dist)
     assert r.returncode != 0

@@ -1,0 +1,102 @@
+"""The device's one native extension: every ``neuron_lab/device/csrc/*.cpp`` built into one module.
+
+Some of the device contract is only reachable from C++: PyTorch looks up a backend's streams and
+events through ``c10::impl::DeviceGuardImplInterface`` (``csrc/guard.cpp``), and a Python
+PrivateUse1 backend can only register a guard that knows its device type. The files are small
+and include only c10 and pybind11 headers, so the build takes seconds, not a full
+``torch/extension.h`` compile.
+
+Convention: ``csrc/NAME.cpp`` defines ``void neuron_lab::init_NAME(pybind11::module_&)``, which
+adds its functions to the module; ``load()`` generates the ``PYBIND11_MODULE`` that calls every
+``init_*``. Built once with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja,
+both installed by ``scripts/setup.sh``/the package's dependencies) and cached under
+``~/.cache/neuron_lab/native/<hash>``, the hash covering the sources, the torch version and the
+Python version, so worktrees and versions never share a stale build.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).with_name("csrc")
+_lock = threading.Lock()
+_module = None
+_error: BaseException | None = None
+
+
+def _sources() -> list[Path]:
+    return sorted(CSRC.glob("*.cpp"))
+
+
+def _entry(sources: list[Path]) -> str:
+    names = [p.stem for p in sources]
+    decls = "".join(f"void init_{n}(pybind11::module_&);\n" for n in names)
+    calls = "".join(f"  neuron_lab::init_{n}(m);\n" for n in names)
+    return ("#include <pybind11/pybind11.h>\n"
+            f"namespace neuron_lab {{\n{decls}}}\n"
+            f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{calls}}}\n")
+
+
+def _key(sources: list[Path], entry: str) -> str:
+    h = hashlib.sha256()
+    for p in sources:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(entry.encode() + torch.__version__.encode() + sys.version.encode())
+    return h.hexdigest()[:16]
+
+
+def _ninja_on_path() -> None:
+    """The ``ninja`` wheel puts its binary next to the venv's Python, which is not on PATH when
+    the venv's interpreter is run without activating it."""
+    try:
+        import ninja
+        bindir = ninja.BIN_DIR
+    except (ImportError, AttributeError):
+        bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + path
+
+
+def build_dir() -> Path:
+    sources = _sources()
+    entry = _entry(sources)
+    return Path(os.path.expanduser("~")) / ".cache" / "neuron_lab" / "native" / _key(sources, entry)
+
+
+def load():
+    """The extension module (built on first use, then loaded from the cache)."""
+    global _module, _error
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is not None:
+            return _module
+        if _error is not None:
+            raise RuntimeError(f"neuron: the native extension failed to build earlier: {_error}")
+        from torch.utils import cpp_extension
+        sources = _sources()
+        entry = _entry(sources)
+        key = _key(sources, entry)
+        out = build_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        main = out / "neuron_lab_module.cpp"
+        if not main.exists() or main.read_text() != entry:
+            main.write_text(entry)
+        _ninja_on_path()
+        try:
+            _module = cpp_extension.load(
+                name=f"neuron_lab_native_{key}", sources=[str(main)] + [str(p) for p in sources],
+                build_directory=str(out), extra_cflags=["-O2"], verbose=False)
+        except Exception as e:          # a missing compiler: say so once, clearly
+            _error = e
+            raise RuntimeError(
+                f"neuron: building the native extension ({', '.join(p.name for p in sources)}) "
+                f"in {out} failed: {e}. It needs a C++ compiler (g++) and ninja "
+                f"(pip install ninja); scripts/setup.sh installs both.") from e
+        return _module
