@@ -21,7 +21,18 @@ if ! command -v npm >/dev/null 2>&1; then
     echo "setup: Node.js and npm are needed to build extension/ (the JupyterLab panel)" >&2; exit 1
   fi
 fi
+# The device's native guard (neuron_lab/device/csrc) and inductor's CPU kernels need a C++ compiler.
+if ! command -v g++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null) \
+      || { echo "setup: could not install g++, needed to build neuron_lab/device/csrc" >&2; exit 1; }
+  else
+    echo "setup: g++ is needed to build neuron_lab/device/csrc" >&2; exit 1
+  fi
+fi
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+# build the native extension once now (cached under ~/.cache/neuron_lab/native), not in a test
+"$VENV/bin/python" -c "from neuron_lab.device import native; native.load()"
 "$VENV/bin/jupyter" labextension list 2>&1 | grep -q "neuron-lab-panel.*enabled.*OK" \
   || { echo "setup: the neuron-lab-panel JupyterLab extension is not installed" >&2; exit 1; }
 if [ "${NEURON_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then

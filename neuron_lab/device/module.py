@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import executor, memory, properties
+from . import executor, memory, properties, streams
 
 _sync_hook = None  # set by the runtime: flush queued work
 
@@ -88,8 +88,13 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 
 
-def current_stream(device=None):
-    return None
+Stream = streams.Stream
+Event = streams.Event
+StreamContext = streams.StreamContext
+stream = streams.stream
+current_stream = streams.current_stream
+default_stream = streams.default_stream
+set_stream = streams.set_stream
 
 
 memory_allocated = memory.memory_allocated

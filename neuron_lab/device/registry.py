@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import autocast, kernels, module, properties, tracking
+from . import autocast, kernels, module, properties, streams, tracking
 from .opinfo import facts
 
 _registered = False
@@ -114,6 +114,7 @@ def _register_kernels() -> int:
             n += 1
         except (AttributeError, RuntimeError):
             continue
+    lib.impl("record_stream", streams.record_stream, "PrivateUse1")   # a CUDA-only op
     fb = torch.library.Library("_", "IMPL")
     fb.fallback(_fallback, dispatch_key="PrivateUse1")
     _libs.extend([lib, fb])
@@ -327,6 +328,7 @@ def register() -> None:
                            "use one or the other in a process")
     _setup_privateuseone_for_python_backend(rename="neuron", backend_module=module,
                                             hook=_Hooks(), device_guard=_Guard())
+    streams.install()       # the C++ guard: streams and events (after the Python one)
     _register_kernels()
     _register_sdpa()
     autocast.register()
