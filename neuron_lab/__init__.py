@@ -27,6 +27,7 @@ from .device import register as _register  # noqa: E402
 _register()
 
 from .device import config as _config  # noqa: E402
+from .device.custom_kernels import kernel  # noqa: E402
 from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
 
@@ -78,6 +79,6 @@ def unload_ipython_extension(ipython) -> None:
     _unload(ipython)
 
 
-__all__ = ["set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
+__all__ = ["kernel", "set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
            "clear_op_tracking", "metrics", "metrics_report", "set_fallback", "get_fallback",
            "profile", "dashboard", "load_ipython_extension", "unload_ipython_extension"]

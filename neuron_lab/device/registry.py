@@ -68,6 +68,12 @@ def _kernel(op):
 
 
 def _fallback(op, *args, **kwargs):
+    """Ops without a neuron kernel. For ATen, only ops the scan above skipped; any other
+    namespace's op (a custom op with only a CPU kernel, torchvision's...) runs its host kernel
+    and is recorded as a fallback, like any op Trainium lacks."""
+    f = facts(op)
+    if op.namespace != "aten":
+        tracking.record_fallback(f.name, "no neuron kernel: ran its CPU kernel on the host")
     return _kernel(op)(*args, **kwargs)
 
 
