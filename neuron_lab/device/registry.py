@@ -227,13 +227,18 @@ def _patch_tensor() -> None:
 
     T.data = property(data.__get__, _set_data, doc=data.__doc__)
 
+    from torch._subclasses.fake_tensor import is_fake
+
     orig_repr = T.__repr__
 
     def __repr__(self, *, tensor_contents=None):
         if self.device.type == "neuron":
             tracking.record_sync("repr")
+            # Fake tensors (torch.compile's tracing, logged by AOTAutograd at DEBUG) and functorch
+            # wrappers have no device data: torch's own repr prints their metadata.
             if tensor_contents is None and self.numel() and self.layout == torch.strided \
-                    and not torch._C._functorch.is_functorch_wrapped_tensor(self):
+                    and not torch._C._functorch.is_functorch_wrapped_tensor(self) \
+                    and not is_fake(self):
                 from . import shell
                 plain = type(self) in (torch.Tensor, torch.nn.Parameter)
                 indent = len("tensor(" if plain else type(self).__name__ + "(")
