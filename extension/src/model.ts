@@ -6,7 +6,13 @@
  *
  * - `setKernel()` follows the notebook's current kernel (the tracker calls it); the old comm
  *   is closed, the state reset.
- * - A comm is opened once the kernel is idle or busy. ipykernel answers a comm_open for an
+ * - The kernel opens the comm itself at `%load_ext` (`comm_open` on iopub, `hello` as its data):
+ *   `setKernel()` registers the `neuron_lab` comm target on the kernel connection, and a comm
+ *   the kernel opens replaces whatever comm the model had. This is what keeps the panel live
+ *   through a Run All: a frontend `comm_open` waits on the shell channel behind the running
+ *   cells, while the kernel's own `comm_open` and pushes go out on iopub at once.
+ * - The frontend also opens a comm once the kernel is idle or busy (panel opened after the
+ *   load, page reload, restart with auto-load). ipykernel answers a comm_open for an
  *   unknown target with comm_close: that is the `not-loaded` signal. A kernel that says
  *   nothing within `helloTimeoutMs` while idle is treated the same way.
  * - In `not-loaded`, the first `idle` after code that mentions `neuron_lab` ran (seen as an
@@ -37,7 +43,16 @@ export const LOAD_CODE = '%load_ext neuron_lab';
 /** The part of a kernel connection the model uses (a fake implements just this in tests). */
 export type IKernelLike = Pick<
   Kernel.IKernelConnection,
-  'id' | 'name' | 'status' | 'statusChanged' | 'iopubMessage' | 'createComm' | 'requestExecute' | 'isDisposed'
+  | 'id'
+  | 'name'
+  | 'status'
+  | 'statusChanged'
+  | 'iopubMessage'
+  | 'createComm'
+  | 'registerCommTarget'
+  | 'removeCommTarget'
+  | 'requestExecute'
+  | 'isDisposed'
 >;
 
 export interface IModelOptions {
@@ -94,6 +109,9 @@ export class NeuronModel implements IDisposable {
     if (this._kernel) {
       this._kernel.statusChanged.disconnect(this._onStatus, this);
       this._kernel.iopubMessage.disconnect(this._onIopub, this);
+      if (!this._kernel.isDisposed) {
+        this._kernel.removeCommTarget(TARGET, this._onKernelComm);
+      }
     }
     this._kernel = kernel;
     this._ranCode = false;
@@ -103,6 +121,7 @@ export class NeuronModel implements IDisposable {
     }
     kernel.statusChanged.connect(this._onStatus, this);
     kernel.iopubMessage.connect(this._onIopub, this);
+    kernel.registerCommTarget(TARGET, this._onKernelComm);
     if (kernel.status === 'dead') {
       this._reset('dead');
     } else if (kernel.status === 'idle' || kernel.status === 'busy') {
@@ -232,6 +251,25 @@ export class NeuronModel implements IDisposable {
       this._onCommClose(comm);
     }
   }
+
+  /**
+   * A comm the kernel opened (`%load_ext` in a cell, or a restart with auto-load): adopt it.
+   * Bound once (an arrow) so `removeCommTarget` finds the same function.
+   */
+  private _onKernelComm = (comm: Kernel.IComm, msg: KM.ICommOpenMsg): void => {
+    const kernel = this._kernel;
+    if (this._disposed || !kernel || kernel.isDisposed) {
+      void comm.close();
+      return;
+    }
+    this._closeComm(true); // a pending probe or an older comm: the kernel's own one wins
+    this._comm = comm;
+    this._rateSynced = false;
+    comm.onMsg = m => this._onCommMsg(comm, m);
+    comm.onClose = () => this._onCommClose(comm);
+    this._setStatus('connecting', { lastError: null });
+    this._onCommMsg(comm, msg as unknown as KM.ICommMsgMsg); // its data is the hello
+  };
 
   private _armHelloTimer(comm: Kernel.IComm): void {
     this._clearHelloTimer();

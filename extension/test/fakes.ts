@@ -66,6 +66,35 @@ export class FakeKernel {
   executeReply: any = { status: 'ok' };
   pushHz = P.DEFAULT_PUSH_HZ;
 
+  targets = new Map<string, (comm: any, msg: any) => void>();
+
+  registerCommTarget(target: string, cb: (comm: any, msg: any) => void): void {
+    this.targets.set(target, cb);
+  }
+  removeCommTarget(target: string, cb: (comm: any, msg: any) => void): void {
+    if (this.targets.get(target) === cb) {
+      this.targets.delete(target);
+    }
+  }
+  /**
+   * The kernel opens a comm (neuron_lab's `%load_ext`): comm_open with hello as its data, then
+   * a snapshot, as services delivers them: a registered target gets the comm; none: it is closed.
+   */
+  openFromKernel(): FakeComm {
+    this.loaded = true;
+    const c = new FakeComm(P.TARGET, this, `k${this.comms.length + 1}`);
+    this.comms.push(c);
+    c.opened = true;
+    const target = this.targets.get(P.TARGET);
+    if (!target) {
+      c.close();
+      return c;
+    }
+    target(c, { content: { comm_id: c.commId, target_name: P.TARGET, data: hello({ push_hz: this.pushHz }) } });
+    c.receive(snapshot());
+    return c;
+  }
+
   createComm(target: string): FakeComm {
     const c = new FakeComm(target, this, `c${this.comms.length + 1}`);
     this.comms.push(c);

@@ -60,6 +60,79 @@ describe('connecting', () => {
   });
 });
 
+describe('kernel-opened comm', () => {
+  it('registers the comm target and goes live on a comm the kernel opens while busy', () => {
+    const k = new FakeKernel('k1', false);
+    const m = model();
+    m.setKernel(k.asKernel());
+    expect(m.state.status).toBe('not-loaded');
+    expect(k.targets.has(TARGET)).toBe(true);
+    // Run All: the first cell runs %load_ext, the kernel stays busy with the next cell
+    k.setStatus('busy');
+    k.iopubMessage.emit({ header: { msg_type: 'execute_input' }, content: { code: '%load_ext neuron_lab' } });
+    const comm = k.openFromKernel();
+    expect(m.state.status).toBe('live');
+    expect(m.state.memory?.allocated).toBe(4096);
+    comm.receive({ type: 'memory', v: 1, t: 1, allocated: 1 << 20, reserved: 2 << 20, peak: 1 << 20, capacity: 1 << 30 });
+    expect(m.state.memory?.allocated).toBe(1 << 20);
+    // the idle after the cells: no probe, the kernel's comm stays the one
+    const before = k.comms.length;
+    k.setStatus('idle');
+    expect(k.comms).toHaveLength(before);
+    expect(comm.closedByUs).toBe(false);
+  });
+
+  it("the kernel's comm replaces a pending frontend comm (opened while the kernel was busy)", () => {
+    const k = new FakeKernel('k1', false, 'manual');
+    k.status = 'busy';
+    const m = model();
+    m.setKernel(k.asKernel());
+    const pending = k.lastComm;
+    expect(m.state.status).toBe('connecting');
+    const mine = k.openFromKernel();
+    expect(pending.closedByUs).toBe(true);
+    expect(m.state.status).toBe('live');
+    pending.receive(hello()); // the kernel answers the old comm_open late: ignored
+    pending.closeFromKernel();
+    expect(m.state.status).toBe('live');
+    mine.closeFromKernel(); // %unload_ext
+    expect(m.state.status).toBe('not-loaded');
+  });
+
+  it('sends set_rate after the kernel-opened hello when the setting differs', () => {
+    const k = new FakeKernel('k1', false);
+    const m = model({ rateHz: 10 });
+    m.setKernel(k.asKernel());
+    const comm = k.openFromKernel();
+    expect(comm.sent).toEqual([expect.objectContaining({ type: 'set_rate', hz: 10 })]);
+  });
+
+  it('follows a restart and a kernel change: the target moves with the kernel', () => {
+    const k1 = new FakeKernel('k1', false);
+    const m = model();
+    m.setKernel(k1.asKernel());
+    k1.restart();
+    k1.openFromKernel(); // auto-load in the new process
+    expect(m.state.status).toBe('live');
+    const k2 = new FakeKernel('k2', false);
+    m.setKernel(k2.asKernel());
+    expect(k1.targets.has(TARGET)).toBe(false);
+    expect(k2.targets.has(TARGET)).toBe(true);
+    const stale = k1.openFromKernel();
+    expect(stale.closedByUs).toBe(true); // no target on the old kernel: services closes it
+    k2.openFromKernel();
+    expect(m.state.status).toBe('live');
+  });
+
+  it('a disposed model refuses a kernel comm', () => {
+    const k = new FakeKernel('k1', false);
+    const m = model();
+    m.setKernel(k.asKernel());
+    m.dispose();
+    expect(k.targets.has(TARGET)).toBe(false);
+  });
+});
+
 describe('not loaded', () => {
   it('a comm_close answer means neuron_lab is not loaded', () => {
     const k = new FakeKernel('k1', false);

@@ -9,6 +9,14 @@ or whose count moved: the panel upserts by (op, reason)); at cell end ``cell`` a
 allocated or fell back. Messages from the frontend are limited to the schema in ``protocol.py``
 (``request``, ``set_rate``): the panel can never make the kernel run code. A kernel restart is
 a new process: the panel simply opens a new comm.
+
+Two ways a comm opens. The kernel opens one at ``%load_ext`` (``open_from_kernel``; its
+``comm_open`` carries ``hello``): it goes out on iopub at once, so the panel (which registers the
+``neuron_lab`` comm target on every notebook kernel) is live while the same or the next cell is
+still running — a frontend's ``comm_open`` waits on the shell channel behind a busy cell, which
+left the panel "not loaded" for the whole of a Run All. The frontend may also open one (panel
+opened later, page reload): the target registered here answers it with ``hello``. A frontend
+without the target closes the kernel's comm, and it is dropped like any closed comm.
 """
 from __future__ import annotations
 
@@ -75,15 +83,29 @@ class Endpoint:
         self.comms.clear()
         self._registered = False
 
-    def _on_open(self, comm, open_msg) -> None:
+    def hello(self, hz: float | None = None) -> dict:
+        return P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
+                         mode=runtime.get_mode(), capacity=memory.capacity(),
+                         push_hz=self.sampler.hz if hz is None else hz)
+
+    def _attach(self, comm) -> None:
         with self.lock:
             self.comms.append(comm)
         comm.on_msg(lambda msg, c=comm: self._on_msg(c, msg))
         comm.on_close(lambda msg, c=comm: self._drop(c))
-        comm.send(P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
-                            mode=runtime.get_mode(), capacity=memory.capacity(),
-                            push_hz=self.sampler.hz))
+
+    def _on_open(self, comm, open_msg) -> None:
+        self._attach(comm)
+        comm.send(self.hello())
         comm.send(P.message(P.SNAPSHOT, **snapshot_body()))
+
+    def open_from_kernel(self) -> None:
+        """Open a comm from the kernel side (``comm_open`` on iopub, ``hello`` as its data),
+        then send a ``snapshot``: pushes reach the panel while cells are busy."""
+        from comm import create_comm
+        c = create_comm(target_name=P.TARGET, data=self.hello())
+        self._attach(c)
+        c.send(P.message(P.SNAPSHOT, **snapshot_body()))
 
     def _drop(self, comm) -> None:
         with self.lock:
@@ -101,8 +123,7 @@ class Endpoint:
             except (TypeError, ValueError):
                 comm.send(P.message(P.ERROR, message=f"set_rate needs a number, got {data.get('hz')!r}"))
                 return
-            comm.send(P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
-                                mode=runtime.get_mode(), capacity=memory.capacity(), push_hz=hz))
+            comm.send(self.hello(hz))
         else:
             comm.send(P.message(P.ERROR, message=f"unsupported request type {kind!r}; "
                                                  f"accepted: {', '.join(P.FRONTEND_TYPES)}"))

@@ -3,10 +3,18 @@
 Two background threads feed the live views: the ``Sampler`` at the push rate while a cell runs
 (started by ``pre_run_cell``, stopped by ``post_run_cell``) and the ``ChangeWatcher`` at 1 Hz
 while idle (paused during cells). Load and unload are symmetric: unload removes the hooks, the
-magics and the comm target and stops both threads. A second ``%load_ext`` is a no-op. To load it in every kernel, add to ``ipython_config.py`` (profile_default):
+magics and the comm target and stops both threads. A second ``%load_ext`` is a no-op. To load
+it in every kernel, add to ``ipython_config.py`` (profile_default):
 ``c.InteractiveShellApp.extensions = ["neuron_lab"]``.
+
+Loading opens a comm from the kernel (see ``comm.py``), so the panel is live from the cell that
+loads it. Loaded from inside a cell, the rest of that cell is recorded and sampled as a cell of
+its own (IPython calls ``post_run_cell`` callbacks registered during the cell): a first cell
+``%load_ext neuron_lab`` followed by a long loop shows live in the panel, as does the next cell.
 """
 from __future__ import annotations
+
+import warnings
 
 from ..telemetry import cells, store
 from ..telemetry.sampler import Sampler
@@ -47,6 +55,15 @@ def _post_run_cell(result) -> None:
         raise cells.last_error
 
 
+def _running_cell(ipython):
+    """The ``ExecutionInfo`` of the cell running now (IPython keeps its result on the
+    displayhook while the cell's code runs), or None: loaded at kernel start by the config, or
+    from a silent execution (which gets no ``post_run_cell``, so it must not start a record)."""
+    result = getattr(getattr(ipython, "displayhook", None), "exec_result", None)
+    info = getattr(result, "info", None)
+    return None if info is None or getattr(info, "silent", False) else info
+
+
 def load_ipython_extension(ipython) -> None:
     if _state:
         return
@@ -63,6 +80,15 @@ def load_ipython_extension(ipython) -> None:
     watcher.start()
     _state.update(sampler=sampler, watcher=watcher, endpoint=endpoint, ipython=ipython,
                   cell_listeners=[])
+    if getattr(ipython, "kernel", None) is not None:    # a kernel (not a terminal): open it now
+        try:
+            endpoint.open_from_kernel()
+        except Exception as e:           # the frontend-opened path still works
+            warnings.warn(f"neuron_lab: could not open the panel's comm from the kernel: {e}",
+                          RuntimeWarning, stacklevel=2)
+    info = _running_cell(ipython)
+    if info is not None:
+        _pre_run_cell(info)
 
 
 def unload_ipython_extension(ipython) -> None:

@@ -6,6 +6,11 @@ settings, workspace and IPython dirs, so neither a user's config nor an earlier 
 It writes one kernelspec that runs this interpreter (the kernel must import this checkout's
 neuron_lab) and pre-seeds the panel's refresh-rate setting, so the test also sees the setting
 reach the kernel. ``page`` is a Playwright page in Debian's headless Chromium.
+
+The panel under test is this checkout's build (``neuron_lab/labextension``, made by
+``pip install -e .`` or ``npm run build:prod`` in extension/) when there is one: it is linked into
+the throwaway data dir, and JupyterLab is told to search it before the environment's
+labextensions (``JUPYTER_PREFER_ENV_PATH=0``; in a virtualenv the environment comes first).
 """
 from __future__ import annotations
 
@@ -81,6 +86,10 @@ def lab(tmp_path_factory):
     root, data, cfg = tmp / "root", tmp / "data", tmp / "config"
     for d in (root, data / "kernels" / KERNEL, cfg, tmp / "ipython", tmp / "runtime"):
         d.mkdir(parents=True)
+    built = ROOT / "neuron_lab" / "labextension"
+    if (built / "package.json").exists():
+        (data / "labextensions").mkdir()
+        (data / "labextensions" / "neuron-lab-panel").symlink_to(built, target_is_directory=True)
     (data / "kernels" / KERNEL / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "neuron_lab e2e", "language": "python"}))
@@ -94,7 +103,7 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(cfg), "JUPYTER_DATA_DIR": str(data),
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "IPYTHONDIR": str(tmp / "ipython"),
-           "JUPYTER_PLATFORM_DIRS": "1", "PYTHONUNBUFFERED": "1"}
+           "JUPYTER_PLATFORM_DIRS": "1", "PYTHONUNBUFFERED": "1", "JUPYTER_PREFER_ENV_PATH": "0"}
     log = tmp / "lab.log"
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",

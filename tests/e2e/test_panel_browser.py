@@ -4,7 +4,7 @@ One notebook, one scenario, in the order a user meets it:
 
 1. the panel opens from its sidebar icon and says neuron_lab is not loaded;
 2. a cell imports neuron_lab, loads the extension, puts 4 MiB on `neuron` and sums a float64
-   tensor: the panel (which noticed the load on its own) shows the allocated bytes and the
+   tensor: the panel (the kernel opened the comm at the load) shows the allocated bytes and the
    fallback rows with the user's line, and the refresh-rate setting reached the kernel; a
    4-second cell then grows memory while the panel shows it running, live;
 3. light and dark screenshots go to test-artifacts/;
@@ -12,6 +12,9 @@ One notebook, one scenario, in the order a user meets it:
    and the data comes back, then the cell again fills it, now with a per-cell record;
 5. a second notebook: the panel follows the current notebook, and back;
 6. a page reload restores the panel and reconnects to the running kernel.
+
+A second test runs a notebook with Run All (`%load_ext` first, a sleeping cell next): the panel
+is live during the sleep.
 
 The kernel side is the real one (neuron_lab.jupyter.comm); nothing is faked.
 """
@@ -124,7 +127,8 @@ def test_panel_live_restart_reload(page, lab):
     busy = [(b, e) for st, b, e in page.evaluate("window.__nlRenders") if st == "running"]
     assert any(4 << 20 < b < 12 << 20 for b, _ in busy), busy      # grew while still running
     assert len({e for _, e in busy if e}) >= 3, busy                  # several live pushes
-    expect(page.locator(_nl("cell-row"))).to_have_count(1)
+    # two records: the rest of the cell that loaded the extension, and the busy cell (newest first)
+    expect(page.locator(_nl("cell-row"))).to_have_count(2)
     expect(page.locator(_nl("cell-row")).first).to_contain_text("12.00 MiB")  # its peak
 
     # 3. screenshots, light and dark
@@ -146,7 +150,7 @@ def test_panel_live_restart_reload(page, lab):
     _run_cell(page, 0)
     _shows_data(page, expect, "4.00 MiB")
     _shows_fallback(page, expect)
-    # loaded before this cell started, so the cell has a record (the first run loaded it mid-cell)
+    # loaded before this cell started, so the whole cell is recorded
     expect(page.locator(_nl("cell-row")).first).to_be_visible(timeout=30_000)
     page.locator(PANEL).screenshot(path=str(art / "panel-after-restart-dark.png"))
 
@@ -174,3 +178,32 @@ def test_panel_live_restart_reload(page, lab):
 
     ours = [e for e in page.console_errors if "neuron" in e.lower()]
     assert not ours, ours
+
+
+RUN_ALL_CELLS = ("import time, torch, neuron_lab\n%load_ext neuron_lab",
+                 "x = torch.empty(1 << 20, device='neuron')  # 4 MiB\n"
+                 "time.sleep(8)")
+
+
+def test_run_all_is_live_from_the_first_cell(page, lab):
+    """Run All on a fresh kernel, `%load_ext` in the first cell and a sleeping cell after it:
+    the kernel opens the comm, so the panel shows the device memory *during* the sleep (a
+    frontend comm_open would wait behind the busy kernel until the sleep is over)."""
+    from playwright.sync_api import expect
+
+    page.goto(lab.lab_url(_notebook(lab, "run_all.ipynb", *RUN_ALL_CELLS)))
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
+    _command(page, "neuron-lab:open-panel")   # (a click would close it if the workspace had it open)
+    expect(page.locator(_nl("notebook"))).to_have_text("run_all.ipynb", timeout=60_000)
+    expect(page.locator(_nl("not-loaded"))).to_be_visible(timeout=90_000)
+    page.evaluate(_RECORD_RENDERS)
+    _command(page, "notebook:run-all-cells")
+    expect(page.locator(_nl("status"))).to_have_text("running", timeout=60_000)
+    expect(page.locator(_nl("allocated"))).to_have_text("4.00 MiB", timeout=30_000)
+    # still inside the sleep: the second cell has no execution count yet
+    prompt = page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).locator(".jp-InputPrompt")
+    assert "[*]" in prompt.inner_text(), prompt.inner_text()
+    page.locator(PANEL).screenshot(path=str(lab.artifacts / "panel-run-all-light.png"))
+    expect(page.locator(_nl("status"))).to_have_text("live", timeout=60_000)
+    busy = [b for st, b, _ in page.evaluate("window.__nlRenders") if st == "running"]
+    assert any(b >= 4 << 20 for b in busy), busy
