@@ -167,7 +167,9 @@ export class NeuronModel implements IDisposable {
         this._setStatus('not-loaded', { lastError: `${LOAD_CODE} failed: ${err.ename}: ${err.evalue}` });
         return;
       }
-      this._openComm();
+      if (!this._comm) {
+        this._openComm(); // the kernel opens its own comm at the load; this is for older kernels
+      }
     } catch (e) {
       if (kernel === this._kernel) {
         this._setStatus('not-loaded', { lastError: `${LOAD_CODE} failed: ${String(e)}` });

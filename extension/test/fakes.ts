@@ -65,6 +65,8 @@ export class FakeKernel {
   executed: string[] = [];
   executeReply: any = { status: 'ok' };
   pushHz = P.DEFAULT_PUSH_HZ;
+  /** the kernel side opens its own comm at %load_ext (what neuron_lab does); false: older kernels */
+  opensOnLoad = false;
 
   targets = new Map<string, (comm: any, msg: any) => void>();
 
@@ -119,6 +121,9 @@ export class FakeKernel {
     this.iopubMessage.emit({ header: { msg_type: 'execute_input' }, content });
     if (content.code === '%load_ext neuron_lab' && this.executeReply.status === 'ok') {
       this.loaded = true;
+      if (this.opensOnLoad) {
+        this.openFromKernel();
+      }
     }
     return { done: Promise.resolve({ content: this.executeReply }) };
   }

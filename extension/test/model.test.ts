@@ -154,6 +154,19 @@ describe('not loaded', () => {
     expect(k.comms).toHaveLength(2);
   });
 
+  it("loadExtension adopts the kernel's comm and opens no second one", async () => {
+    const k = new FakeKernel('k1', false);
+    k.opensOnLoad = true;
+    const m = model();
+    m.setKernel(k.asKernel());
+    const probe = k.lastComm;
+    await m.loadExtension();
+    expect(m.state.status).toBe('live');
+    expect(k.comms).toHaveLength(2); // the not-loaded probe and the kernel's own
+    expect(probe.isDisposed).toBe(true);
+    expect(k.comms[1].closedByUs).toBe(false);
+  });
+
   it('a failed %load_ext says why and stays not-loaded', async () => {
     const k = new FakeKernel('k1', false);
     k.executeReply = { status: 'error', ename: 'ModuleNotFoundError', evalue: "No module named 'neuron_lab'" };

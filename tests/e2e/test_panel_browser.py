@@ -191,11 +191,14 @@ def test_run_all_is_live_from_the_first_cell(page, lab):
     frontend comm_open would wait behind the busy kernel until the sleep is over)."""
     from playwright.sync_api import expect
 
-    page.goto(lab.lab_url(_notebook(lab, "run_all.ipynb", *RUN_ALL_CELLS)))
-    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=90_000)
+    # `reset`: a fresh workspace (the first test's notebooks are not reopened)
+    page.goto(lab.lab_url(_notebook(lab, "run_all.ipynb", *RUN_ALL_CELLS)) + "&reset")
+    expect(page.locator(".jp-NotebookPanel:visible")).to_have_count(1, timeout=90_000)
     _command(page, "neuron-lab:open-panel")   # (a click would close it if the workspace had it open)
     expect(page.locator(_nl("notebook"))).to_have_text("run_all.ipynb", timeout=60_000)
     expect(page.locator(_nl("not-loaded"))).to_be_visible(timeout=90_000)
+    _command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})  # test 1 left it dark
+    expect(page.locator('body[data-jp-theme-light="true"]')).to_be_attached(timeout=30_000)
     page.evaluate(_RECORD_RENDERS)
     _command(page, "notebook:run-all-cells")
     expect(page.locator(_nl("status"))).to_have_text("running", timeout=60_000)
