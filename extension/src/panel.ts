@@ -8,9 +8,11 @@
  * one render per animation frame, so a burst of pushes costs one redraw.
  */
 import { ILayoutRestorer, JupyterFrontEnd } from '@jupyterlab/application';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { ICellLocation } from './protocol';
 import { neuronIcon } from './icon';
 import { NeuronModel } from './model';
 import { ICurrent, KernelTracker } from './tracker';
@@ -20,8 +22,9 @@ export const PANEL_ID = 'neuron-lab-panel';
 export const PANEL_RANK = 900;
 
 export class NeuronPanel extends Widget {
-  constructor(tracker: KernelTracker) {
+  constructor(tracker: KernelTracker, activate: (id: string) => void = () => {}) {
     super();
+    this._activate = activate;
     this.id = PANEL_ID;
     this.addClass('jp-NeuronLab');
     this.title.icon = neuronIcon;
@@ -55,7 +58,8 @@ export class NeuronPanel extends Widget {
     const model = this._model;
     const view = renderPanel(model ? model.state : null, this._label, {
       load: () => void model?.loadExtension(),
-      refresh: () => model?.refresh()
+      refresh: () => model?.refresh(),
+      reveal: (where, cellId) => this._reveal(where, cellId)
     });
     this.node.replaceChildren(view);
   }
@@ -67,7 +71,34 @@ export class NeuronPanel extends Widget {
       this._model?.stateChanged.connect(this._onState, this);
     }
     this._label = current.label;
+    this._notebook = current.notebook;
     this.update();
+  }
+
+  /**
+   * Scroll the current notebook to a `Cell In[N], line M` location and put the cursor on the
+   * line: the cell with the id the kernel recorded for In[N], else the one whose prompt shows
+   * [N] (the user re-ran nothing since). Returns the cell's index, or -1 when it is gone.
+   */
+  private _reveal(where: ICellLocation, cellId: string | null): number {
+    const nb = this._notebook;
+    if (!nb || nb.isDisposed) {
+      return -1;
+    }
+    const cells = nb.content.widgets;
+    let index = cellId ? cells.findIndex(c => c.model.id === cellId) : -1;
+    if (index < 0) {
+      index = cells.findIndex(c => (c.model as { executionCount?: number | null }).executionCount === where.n);
+    }
+    if (index < 0) {
+      return -1;
+    }
+    this._activate(nb.id);
+    nb.content.activeCellIndex = index;
+    const cell = cells[index];
+    void nb.content.scrollToCell(cell, 'center');
+    cell.editor?.setCursorPosition({ line: Math.max(0, where.line - 1), column: 0 });
+    return index;
   }
 
   private _onState(): void {
@@ -77,11 +108,13 @@ export class NeuronPanel extends Widget {
   private _tracker: KernelTracker;
   private _model: NeuronModel | null = null;
   private _label = '';
+  private _notebook: NotebookPanel | null = null;
+  private _activate: (id: string) => void;
 }
 
 /** Put the panel into the right sidebar and register it with the layout restorer. */
 export function addPanel(app: JupyterFrontEnd, tracker: KernelTracker, restorer: ILayoutRestorer | null): NeuronPanel {
-  const panel = new NeuronPanel(tracker);
+  const panel = new NeuronPanel(tracker, id => app.shell.activateById(id));
   app.shell.add(panel, 'right', { rank: PANEL_RANK });
   if (restorer) {
     restorer.add(panel, PANEL_ID);

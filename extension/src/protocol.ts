@@ -17,9 +17,23 @@ export const DEFAULT_PUSH_HZ = 4.0;
 export const MIN_PUSH_HZ = 0.5;
 export const MAX_PUSH_HZ = 20.0;
 
+/** A notebook location, `Cell In[N], line M` (IPython's form), parsed; null for `file.py:line`. */
+export interface ICellLocation {
+  n: number;
+  line: number;
+}
+
+export function parseCellLocation(loc: string): ICellLocation | null {
+  const m = /^Cell In\[(\d+)\], line (\d+)$/.exec(loc);
+  return m ? { n: Number(m[1]), line: Number(m[2]) } : null;
+}
+
 // ---- shared records ---------------------------------------------------------------------
 
-/** One fallback row per (op, reason); `locations` are the user's `file:line`, most frequent first. */
+/**
+ * One fallback row per (op, reason); `locations` are the user's lines, most frequent first:
+ * `Cell In[N], line M` for notebook code (as IPython's tracebacks say), else `file.py:line`.
+ */
 export interface IFallbackRow {
   op: string;
   reason: string;
@@ -35,6 +49,8 @@ export interface IFallbackRow {
 /** A finished cell's record. */
 export interface ICellRecord {
   cell_id: string | null;
+  /** IPython's execution count N (`In[N]`) of that run */
+  execution_count?: number | null;
   index?: number;
   started: number;
   wall_s: number;
@@ -50,6 +66,7 @@ export interface ICellRecord {
 /** Live timing of the running cell; `cell_id` is null when the kernel is idle. */
 export interface IRunning {
   cell_id: string | null;
+  execution_count?: number | null;
   elapsed_s: number;
   ops: number;
   ops_per_s: number;
@@ -109,6 +126,8 @@ export interface ISnapshotMsg extends IEnvelope<'snapshot'> {
   running: IRunning;
   regions: IRegions;
   counters: Counters;
+  /** execution count N (as a string key) -> the cell id, for `Cell In[N]` locations */
+  cell_ids?: Record<string, string>;
 }
 
 export interface IMemoryMsg extends IEnvelope<'memory'>, IMemorySample {}

@@ -47,6 +47,8 @@ export interface IState {
   /** newest first, at most `limits.cells` */
   cells: ICellRecord[];
   running: IRunning | null;
+  /** execution count N -> cell id: where a `Cell In[N], line M` location points */
+  cellIds: Record<string, string>;
   regions: IRegions | null;
   counters: Counters | null;
   /** the last `error` message from the kernel, or a failed `%load_ext` */
@@ -73,12 +75,27 @@ export function emptyState(status: Status = 'no-kernel'): IState {
     fallbacks: [],
     cells: [],
     running: null,
+    cellIds: {},
     regions: null,
     counters: null,
     lastError: null,
     versionWarning: null,
     updated: 0
   };
+}
+
+function withCellIds(
+  ids: Record<string, string>,
+  recs: { cell_id: string | null; execution_count?: number | null }[]
+): Record<string, string> {
+  let out = ids;
+  for (const r of recs) {
+    const n = r.execution_count;
+    if (n !== null && n !== undefined && r.cell_id && out[String(n)] !== r.cell_id) {
+      out = { ...out, [String(n)]: r.cell_id };
+    }
+  }
+  return out;
 }
 
 /** Apply one kernel message; returns a new state (the old one is not modified). */
@@ -106,6 +123,7 @@ export function applyMessage(prev: IState, msg: KernelMessage, limits: ILimits =
       s.fallbacks = sortFallbacks([...(msg.fallbacks ?? [])]);
       s.cells = tail(msg.cells ?? [], limits.cells).reverse();
       s.running = msg.running ?? null;
+      s.cellIds = withCellIds({ ...prev.cellIds, ...(msg.cell_ids ?? {}) }, msg.cells ?? []);
       s.regions = msg.regions ?? null;
       s.counters = msg.counters ?? null;
       return s;
@@ -121,12 +139,14 @@ export function applyMessage(prev: IState, msg: KernelMessage, limits: ILimits =
       const r = msg.record;
       const rest = prev.cells.filter(c => !(c.cell_id === r.cell_id && c.started === r.started));
       s.cells = [r, ...rest].slice(0, limits.cells);
+      s.cellIds = withCellIds(prev.cellIds, [r]);
       s.running = prev.running ? { ...prev.running, cell_id: null } : null;
       return s;
     }
     case 'running': {
       const { type: _t, v: _v, ...running } = msg;
       s.running = running;
+      s.cellIds = withCellIds(prev.cellIds, [running]);
       if (s.regions) {
         s.regions = { ...s.regions, compiles_pending: msg.compile_queue };
       }

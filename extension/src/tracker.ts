@@ -17,6 +17,8 @@ import { ILimits } from './state';
 
 export interface ICurrent {
   model: NeuronModel | null;
+  /** the notebook the model belongs to (the panel scrolls it to a cell location) */
+  notebook: NotebookPanel | null;
   /** the notebook's name, for the panel header */
   label: string;
 }
@@ -79,7 +81,7 @@ export class KernelTracker implements IDisposable {
     if (model === this._current.model && label === this._current.label) {
       return;
     }
-    this._current = { model, label };
+    this._current = { model, notebook: panel, label };
     this._currentChanged.emit(this._current);
   }
 
@@ -114,7 +116,7 @@ export class KernelTracker implements IDisposable {
   private _notebooks: INotebookTracker;
   private _options: IModelOptions;
   private _models = new Map<NotebookPanel, NeuronModel>();
-  private _current: ICurrent = { model: null, label: '' };
+  private _current: ICurrent = { model: null, notebook: null, label: '' };
   private _currentChanged = new Signal<this, ICurrent>(this);
   private _disposed = false;
 }

@@ -4,7 +4,7 @@
  * No kernel, comm or signal in here; `panel.ts` decides when to call it (coalesced to one
  * render per animation frame by Lumino's update requests) and supplies the actions.
  */
-import { renderFallbacks } from './components/fallbacks';
+import { renderFallbacks, RevealCell } from './components/fallbacks';
 import { renderMemory } from './components/memory';
 import { renderRegions } from './components/regions';
 import { IHeaderActions, INotLoadedActions, renderHeader, renderPlaceholder } from './components/status';
@@ -12,7 +12,10 @@ import { renderCells, renderRunning } from './components/timing';
 import { h } from './components/dom';
 import { emptyState, IState } from './state';
 
-export interface IViewActions extends IHeaderActions, INotLoadedActions {}
+export interface IViewActions extends IHeaderActions, INotLoadedActions {
+  /** scroll the notebook to a `Cell In[N], line M` location (absent: locations are plain text) */
+  reveal?: RevealCell;
+}
 
 export function renderPanel(state: IState | null, label: string, actions: IViewActions): HTMLElement {
   const st = state ?? emptyState();
@@ -27,7 +30,7 @@ export function renderPanel(state: IState | null, label: string, actions: IViewA
     header,
     renderMemory(st.memory, st.timeline),
     renderRunning(st.running),
-    renderFallbacks(st.fallbacks),
+    renderFallbacks(st.fallbacks, actions.reveal ?? null, st.cellIds),
     renderCells(st.cells),
     renderRegions(st.regions, st.hello?.mode)
   );

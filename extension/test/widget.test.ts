@@ -37,6 +37,31 @@ describe('renderPanel', () => {
     expect(el.querySelector('polyline')).not.toBeNull();
   });
 
+  it("a notebook location is a link that reveals its cell (id from the kernel's map, else In[N])", () => {
+    const loc = 'Cell In[3], line 4';
+    const row = fallbackRow('aten::sum', { locations: [loc, 'Cell In[5], line 1'], source: { [loc]: 'y = x.double()' } });
+    let s = applyMessage(emptyState('connecting'), snapshot({ fallbacks: [row], cell_ids: { '3': 'abc-id' } }));
+    const reveal = vi.fn();
+    const el = renderPanel(s, 'a.ipynb', { ...actions(), reveal });
+    const link = q(el, 'location')!;
+    expect(link.tagName).toBe('A');
+    expect(link.textContent).toBe(loc);
+    expect(link.dataset.cell).toBe('abc-id');
+    expect(link.parentElement!.textContent).toBe('Cell In[3], line 4 (+1 more)');
+    link.click();
+    expect(reveal).toHaveBeenCalledWith({ n: 3, line: 4 }, 'abc-id');
+    // a cell that finished later maps its own count; an unknown count reveals by In[N] alone
+    s = applyMessage(s, { type: 'cell', v: 1, record: cellRecord(7, { cell_id: 'def', execution_count: 5 }) });
+    expect(s.cellIds).toEqual({ '3': 'abc-id', '5': 'def' });
+    s = applyMessage(s, { type: 'fallback', v: 1, rows: [fallbackRow('aten::mean', { locations: ['Cell In[9], line 2'] })] });
+    const el2 = renderPanel(s, 'a.ipynb', { ...actions(), reveal });
+    const links = [...el2.querySelectorAll('a[data-nl="location"]')] as HTMLElement[];
+    links.find(a => a.dataset.n === '9')!.click();
+    expect(reveal).toHaveBeenLastCalledWith({ n: 9, line: 2 }, null);
+    // a script's file:line stays plain text
+    expect(q(renderPanel(applyMessage(emptyState(), snapshot({ fallbacks: [fallbackRow('aten::sum')] })), 'a', { ...actions(), reveal }), 'location')!.tagName).toBe('CODE');
+  });
+
   it('shows the running cell live', () => {
     let s = applyMessage(emptyState(), snapshot());
     s = applyMessage(s, { type: 'running', v: 1, cell_id: 'c1', elapsed_s: 1.5, ops: 300, ops_per_s: 200, launches: 30, fused_share: 0.75, compile_queue: 1 });

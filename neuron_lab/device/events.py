@@ -15,10 +15,13 @@ Event kinds and their payload keys (all values JSON-safe):
 ``compile``        region (int), seconds (float), outcome ("queued" | "running" | "ok" |
                    "failed" | "slower"), error (str | None)
 ``sync``           reason ("item" | "cpu" | "tolist" | "repr" | "bool" | "numpy" |
-                   "data-dependent" | "synchronize" | "queue-limit" | "memory" | "cell-end")
+                   "data-dependent" | "synchronize" | "queue-limit" | "memory" | "cell-end"),
+                   where (the user's line as a ``tracking.user_frame_token``: (file, line) or
+                   None; ``tracking.format_location`` names it, so formatting is paid by readers)
 ``fallback``       op (str), reason (str), location ("file.py:12")
 ``transfer``       direction ("h2d" | "d2h"), nbytes (int)
-``flush``          reason (same vocabulary as sync), ops (int), depth (queue depth before)
+``flush``          reason (same vocabulary as sync), ops (int), depth (queue depth before),
+                   where (the user's line where the region ended, a token as for ``sync``)
 ``oom``            requested (int), allocated (int), capacity (int)
 =================  =====================================================================
 """

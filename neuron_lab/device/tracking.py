@@ -70,11 +70,30 @@ def user_frame_token(skip: int = 2):
     return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 
+def _cell_name(fn: str) -> str | None:
+    """IPython's own name for the code of a cell ("In[3]"), as its tracebacks print it, or
+    None: not running under IPython, or not a cell's code. IPython keeps the map from the
+    compiled file name (ipykernel: a hash under /tmp) to the execution count on its compiler."""
+    ipy = sys.modules.get("IPython")
+    if ipy is None:
+        return None
+    try:
+        shell = ipy.get_ipython()
+        label = None if shell is None else shell.compile.format_code_name(fn)
+    except Exception:              # an older or a stripped-down shell: plain file names
+        return None
+    return None if label is None else label[1]
+
+
 def format_location(token) -> tuple[str, str]:
-    """(``file:line``, source text) of a ``user_frame_token``."""
+    """(location, source text) of a ``user_frame_token``: ``Cell In[3], line 4`` for a
+    notebook or IPython cell (what IPython's tracebacks say), else ``file.py:line``."""
     if token is None:
         return "<unknown>:0", ""
     fn, line = token
+    cell = _cell_name(fn)
+    if cell is not None:
+        return f"Cell {cell}, line {line}", linecache.getline(fn, line).strip()
     try:
         rel = os.path.relpath(fn)
         name = rel if not rel.startswith("..") else os.path.basename(fn)
@@ -121,7 +140,7 @@ def warn_once(op: str, loc: str, message: str) -> None:
 def record_sync(reason: str) -> None:
     _syncs[reason] += 1
     if events.active():
-        events.emit(events.SYNC, reason=reason)
+        events.emit(events.SYNC, reason=reason, where=user_frame_token(2))
 
 
 def record_transfer(direction: str, nbytes: int) -> None:

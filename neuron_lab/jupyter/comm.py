@@ -40,7 +40,8 @@ def _summary_regions() -> dict:
 def snapshot_body() -> dict:
     m = metrics()
     return {"memory": m["memory"], "fallbacks": m["fallbacks"], "cells": m["cells"][-20:],
-            "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"]}
+            "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"],
+            "cell_ids": {str(n): cid for n, cid in list(cells.cell_ids.items())[-200:]}}
 
 
 class Endpoint:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import warnings
 
+import IPython
+
 from ..telemetry import cells, store
 from ..telemetry.sampler import Sampler
 from ..telemetry.watch import ChangeWatcher
@@ -23,6 +25,18 @@ from .comm import Endpoint
 from .magics import NeuronMagics
 
 _state: dict = {}
+_IPY_MAJOR = int(IPython.__version__.split(".")[0])
+
+
+def _cell_number(shell, info) -> int | None:
+    """The N of ``In[N]`` this cell runs as (its code is compiled under that number, so its
+    locations read ``Cell In[N], line M``). IPython 9 counts a history-storing cell before
+    ``pre_run_cell``, IPython 8 after it; ``post_run_cell`` then confirms it from the result."""
+    n = getattr(shell, "execution_count", None)
+    if n is None:
+        return None
+    counted_first = _IPY_MAJOR >= 9 and getattr(info, "store_history", False)
+    return n - 1 if counted_first else n
 
 
 def _pre_run_cell(info) -> None:
@@ -30,7 +44,7 @@ def _pre_run_cell(info) -> None:
         _state["depth"] = _state.get("depth", 0) + 1
         return
     _state["watcher"].pause()
-    cells.start(getattr(info, "cell_id", None))
+    cells.start(getattr(info, "cell_id", None), _cell_number(_state.get("ipython"), info))
     _state["sampler"].start()
 
 
@@ -40,7 +54,7 @@ def _post_run_cell(result) -> None:
         return
     _state["sampler"].stop()
     try:
-        record = cells.end()
+        record = cells.end(getattr(result, "execution_count", None))
     finally:
         _state["watcher"].resume()
     _state["endpoint"].cell_finished(record)

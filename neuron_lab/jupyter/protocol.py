@@ -11,13 +11,14 @@ Kernel -> frontend
 ------------------
 ``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz}
 ``snapshot``  the full state (answer to ``request``, at cell end, and when idle on change):
-              {memory, fallbacks, cells, running, regions, counters}
+              {memory, fallbacks, cells, running, regions, counters, cell_ids}
+              (``cell_ids``: {"N": cell id} for the ``Cell In[N], line M`` locations)
 ``memory``    one memory sample: {t, allocated, reserved, peak, capacity}
 ``fallback``  rows new or changed (count) since the last push; upsert by (op, reason):
               {rows: [{op, reason, count, locations, source}]}
-``cell``      a finished cell record: {record: {cell_id, wall_s, device_s, ops, launches,
+``cell``      a finished cell record: {record: {cell_id, execution_count, wall_s, device_s, ops, launches,
               fused_share, compiles, fallbacks, peak_bytes, started}}
-``running``   live timing of the running cell: {cell_id, elapsed_s, ops, ops_per_s,
+``running``   live timing of the running cell: {cell_id, execution_count, elapsed_s, ops, ops_per_s,
               launches, fused_share, compile_queue} (or ``null`` fields when idle)
 ``error``     a request the kernel refused: {message}
 

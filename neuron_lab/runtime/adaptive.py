@@ -257,7 +257,8 @@ class Engine:
         else:
             self._end_segment(reason, cache=True)
         if events.active():
-            events.emit(events.FLUSH, reason=reason, ops=depth, depth=depth)
+            events.emit(events.FLUSH, reason=reason, ops=depth, depth=depth,
+                        where=tracking.user_frame_token(2))
 
     def _end_segment(self, reason, cache: bool = False) -> None:
         recs = self.records

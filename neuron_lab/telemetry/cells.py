@@ -35,14 +35,23 @@ class CellTracker:
         self.started = 0.0
         self.base: dict = {}
         self.count = 0
+        self.execution_count: int | None = None
+        self.cell_ids: dict[int, str] = {}   # IPython execution count -> the frontend's cell id
         self.last_error: BaseException | None = None
 
     @property
     def running(self) -> bool:
         return self.cell_id is not None
 
-    def start(self, cell_id: str | None) -> None:
+    def start(self, cell_id: str | None, execution_count: int | None = None) -> None:
+        """Begin a record. ``execution_count`` is IPython's ``In[N]`` of the cell: locations
+        read ``Cell In[N], line M``, and ``cell_ids`` lets the panel find the cell from N."""
         self.cell_id = cell_id or f"cell-{self.count + 1}"
+        self.execution_count = execution_count
+        if execution_count is not None:
+            self.cell_ids[execution_count] = self.cell_id
+            if len(self.cell_ids) > 2000:                  # bounded: drop the oldest
+                del self.cell_ids[next(iter(self.cell_ids))]
         self.started = time.time()
         memory.reset_peak_memory_stats()
         self.base = _counters()
@@ -56,18 +65,25 @@ class CellTracker:
 
     def live(self) -> dict:
         if not self.running:
-            return {"cell_id": None, "elapsed_s": 0.0, "ops": 0, "ops_per_s": 0.0, "launches": 0,
+            return {"cell_id": None, "execution_count": None, "elapsed_s": 0.0, "ops": 0, "ops_per_s": 0.0, "launches": 0,
                     "fused_share": 0.0, "compile_queue": runtime.stats()["compiles_pending"]}
         d = self._delta()
         el = time.time() - self.started
-        return {"cell_id": self.cell_id, "elapsed_s": el, "ops": d["ops"],
+        return {"cell_id": self.cell_id, "execution_count": self.execution_count, "elapsed_s": el, "ops": d["ops"],
                 "ops_per_s": d["ops"] / el if el > 0 else 0.0, "launches": d["launches"],
                 "fused_share": d["fused_share"], "compile_queue": runtime.stats()["compiles_pending"]}
 
-    def end(self) -> dict | None:
+    def end(self, execution_count: int | None = None) -> dict | None:
+        """Finish the record; ``execution_count`` (IPython's result knows it for sure)
+        replaces the one given at ``start``."""
         self.last_error = None
         if not self.running:
             return None
+        if execution_count is not None and execution_count != self.execution_count:
+            if self.cell_ids.get(self.execution_count) == self.cell_id:
+                del self.cell_ids[self.execution_count]
+            self.execution_count = execution_count
+            self.cell_ids[execution_count] = self.cell_id
         try:
             runtime.sync("cell-end")
         except Exception as e:
@@ -78,7 +94,8 @@ class CellTracker:
             cell_id, self.cell_id = self.cell_id, None
         self.count += 1
         err = self.last_error
-        rec = {"cell_id": cell_id, "index": self.count, "started": self.started,
+        rec = {"cell_id": cell_id, "execution_count": self.execution_count, "index": self.count,
+               "started": self.started,
                "wall_s": time.time() - self.started, "device_s": d["launch_s"], "ops": d["ops"],
                "launches": d["launches"], "fused_share": d["fused_share"],
                "compiles": d["compiles"], "fallbacks": d["fallbacks"],

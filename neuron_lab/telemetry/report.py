@@ -27,7 +27,7 @@ def metrics() -> dict:
             "regions": runtime.regions(), "memory": memory_now(),
             "fallbacks": tracking.fallback_ops(), "cells": cells,
             "compiles": compiles, "launch_records": launches,
-            "fallback_events": fallback_events}
+            "fallback_events": fallback_events, "sites": store.sites()}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -61,6 +61,9 @@ def metrics_report() -> str:
     lines.append("Fallbacks:" + ("".join(
         f"\n  {f['op']} x{f['count']}: {f['reason']} at {', '.join(f['locations'][:3])}"
         for f in fb) if fb else " none"))
+    syncs = m["sites"]["syncs"][:5]
+    lines.append("Sync points by line:" + ("".join(
+        f"\n  {r['reason']} x{r['count']} at {r['location']}" for r in syncs) if syncs else " none"))
     top = sorted(m["executed_ops"].items(), key=lambda kv: -kv[1])[:10]
     lines.append("Top ops:" + "".join(f"\n  {k}: {v}" for k, v in top))
     return "\n".join(lines)

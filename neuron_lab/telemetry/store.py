@@ -12,7 +12,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..device import events, memory
+from ..device import events, memory, tracking
 
 _now = time.time
 LAUNCHES_KEPT = 4096
@@ -32,6 +32,8 @@ class Store:
         self.oom: deque = deque(maxlen=64)
         self.fallback_events: deque = deque(maxlen=256)   # {t, op, reason, location}
         self.syncs: dict[str, int] = {}                   # sync points by reason, seen on the bus
+        self.sync_sites: dict[tuple, int] = {}            # (reason, where token) -> count
+        self.boundaries: dict[tuple, list] = {}           # flush (reason, where) -> [count, ops]
         self.launch_seconds = 0.0
         self.fallback_seq = 0         # bumps on every fallback event (views push on change)
         self.t0 = time.time()
@@ -58,14 +60,44 @@ class Store:
                 self.launch_seconds += p.get("seconds", 0.0)
         elif kind == events.SYNC:
             r = p.get("reason", "?")
+            key = (r, p.get("where"))
             with self.lock:
                 self.syncs[r] = self.syncs.get(r, 0) + 1
+                self.sync_sites[key] = self.sync_sites.get(key, 0) + 1
+        elif kind == events.FLUSH:
+            key = (p.get("reason", "?"), p.get("where"))
+            with self.lock:
+                b = self.boundaries.get(key)
+                if b is None:
+                    self.boundaries[key] = [1, p.get("ops", 0)]
+                else:
+                    b[0] += 1
+                    b[1] += p.get("ops", 0)
         elif kind in self._kept:
             p["t"] = _now()
             with self.lock:
                 getattr(self, self._kept[kind]).append(p)
                 if kind == events.FALLBACK:
                     self.fallback_seq += 1
+
+    def sites(self) -> dict[str, list[dict]]:
+        """Sync points and region boundaries by the user's line, most frequent first:
+        ``{"syncs": [{reason, location, source, count}], "boundaries": [{..., ops}]}``.
+        Locations are formatted here, on read (``Cell In[N], line M`` in a notebook)."""
+        with self.lock:
+            syncs, bounds = list(self.sync_sites.items()), list(self.boundaries.items())
+        fmt = tracking.format_location
+        out = {"syncs": [], "boundaries": []}
+        for (reason, where), n in syncs:
+            loc, src = fmt(where)
+            out["syncs"].append({"reason": reason, "location": loc, "source": src, "count": n})
+        for (reason, where), (n, ops) in bounds:
+            loc, src = fmt(where)
+            out["boundaries"].append({"reason": reason, "location": loc, "source": src,
+                                      "count": n, "ops": ops})
+        for rows in out.values():
+            rows.sort(key=lambda r: -r["count"])
+        return out
 
     # --- memory ---------------------------------------------------------------------------
     @staticmethod
@@ -95,6 +127,8 @@ class Store:
             self.oom.clear()
             self.fallback_events.clear()
             self.syncs.clear()
+            self.sync_sites.clear()
+            self.boundaries.clear()
             self.launch_seconds = 0.0
 
 

@@ -89,7 +89,8 @@ def _shows_fallback(page, expect) -> None:
     expect(row).to_be_visible(timeout=60_000)
     where = row.locator("xpath=following-sibling::tr[1]")
     expect(where.locator('[data-nl="reason"]')).to_contain_text("float64")
-    expect(where.locator('[data-nl="location"]')).to_have_text(re.compile(rf"\.py:{FLOAT64_LINE}$"))
+    expect(where.locator('[data-nl="location"]')).to_have_text(
+        re.compile(rf"^Cell In\[\d+\], line {FLOAT64_LINE}$"))
     expect(where.locator('[data-nl="source"]')).to_contain_text("dtype=torch.float64")
 
 
@@ -182,7 +183,10 @@ def test_panel_live_restart_reload(page, lab):
 
 RUN_ALL_CELLS = ("import time, torch, neuron_lab\n%load_ext neuron_lab",
                  "x = torch.empty(1 << 20, device='neuron')  # 4 MiB\n"
-                 "time.sleep(8)")
+                 "y = torch.ones(3, device='neuron', dtype=torch.float64).sum()\n"
+                 "time.sleep(8)",
+                 *[f"# filler {i}: a long notebook, so revealing cell 2 must scroll\n" + "\n" * 12
+                   for i in range(12)])
 
 
 def test_run_all_is_live_from_the_first_cell(page, lab):
@@ -205,8 +209,22 @@ def test_run_all_is_live_from_the_first_cell(page, lab):
     expect(page.locator(_nl("allocated"))).to_have_text("4.00 MiB", timeout=30_000)
     # still inside the sleep: the second cell has no execution count yet
     prompt = page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).locator(".jp-InputPrompt")
-    assert "[*]" in prompt.inner_text(), prompt.inner_text()
+    expect(prompt).to_contain_text("[*]", timeout=3_000)
     page.locator(PANEL).screenshot(path=str(lab.artifacts / "panel-run-all-light.png"))
     expect(page.locator(_nl("status"))).to_have_text("live", timeout=60_000)
     busy = [b for st, b, _ in page.evaluate("window.__nlRenders") if st == "running"]
     assert any(b >= 4 << 20 for b in busy), busy
+
+    # the fallback row names the cell as IPython does; clicking it scrolls back to that cell
+    cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
+    expect(cells.nth(1).locator(".jp-InputPrompt")).to_contain_text("[2]", timeout=60_000)
+    link = page.locator(f'{_nl("fallback-row")}[data-op="aten::sum"]').locator(
+        "xpath=following-sibling::tr[1]").locator('a[data-nl="location"]')
+    expect(link).to_have_text("Cell In[2], line 2", timeout=60_000)
+    cells.last.click()                                     # the bottom of the notebook
+    page.keyboard.press("Escape")
+    expect(cells.nth(1)).not_to_be_in_viewport()
+    link.click()
+    expect(cells.nth(1)).to_be_in_viewport(timeout=10_000)
+    expect(cells.nth(1)).to_have_class(re.compile(r"\bjp-mod-active\b"))
+    page.locator(PANEL).screenshot(path=str(lab.artifacts / "panel-run-all-fallback-light.png"))

@@ -3,13 +3,15 @@
 ``kernel_manager``: an unstarted KernelManager (nbclient starts it); ``kernel``: a started
 kernel's client for tests that talk to the channels directly; the ``start_client`` fixture is
 ``start_client(km, cwd, env)`` to start one by hand (e.g. with an IPython profile that
-auto-loads the extension).
+auto-loads the extension). ``ip``: an in-process IPython shell with the extension loaded
+(per module).
 """
 import json
 import os
 import sys
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
@@ -44,3 +46,11 @@ def kernel(kernel_manager, tmp_path):
     yield kc
     kc.stop_channels()
     kernel_manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "neuron_lab")
+    yield shell
+    shell.run_line_magic("unload_ext", "neuron_lab")

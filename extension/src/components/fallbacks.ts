@@ -1,12 +1,20 @@
 /**
  * Op fallbacks: the ops that ran on the host instead of the device, newest first, each with
- * the user's `file:line` and that line's source text (the answer to "which line of mine?").
+ * the user's line and that line's source text (the answer to "which line of mine?"). A
+ * notebook line reads `Cell In[N], line M` and is a link: `reveal` scrolls to that cell.
  */
-import { IFallbackRow } from '../protocol';
+import { ICellLocation, IFallbackRow, parseCellLocation } from '../protocol';
 import { count, location } from './format';
 import { h, section } from './dom';
 
-export function renderFallbacks(rows: IFallbackRow[]): HTMLElement {
+/** Scroll the notebook to a cell: by its id when the kernel told us, else by `In[N]`. */
+export type RevealCell = (where: ICellLocation, cellId: string | null) => void;
+
+export function renderFallbacks(
+  rows: IFallbackRow[],
+  reveal: RevealCell | null = null,
+  cellIds: Record<string, string> = {}
+): HTMLElement {
   if (!rows.length) {
     return section('fallbacks', 'Op fallbacks', h('p', { class: 'jp-NeuronLab-empty' }, 'none — every op ran on the device'));
   }
@@ -18,12 +26,41 @@ export function renderFallbacks(rows: IFallbackRow[]): HTMLElement {
       'table',
       { class: 'jp-NeuronLab-table' },
       h('thead', null, h('tr', null, h('th', null, 'op · reason · where'), h('th', { class: 'jp-mod-num jp-NeuronLab-countCol' }, 'count'))),
-      h('tbody', null, ...rows.flatMap(renderRow))
+      h('tbody', null, ...rows.flatMap(r => renderRow(r, reveal, cellIds)))
     )
   );
 }
 
-function renderRow(r: IFallbackRow): HTMLElement[] {
+/** A location as text, or as a link to its cell when it is one and the panel can reveal it. */
+export function renderLocation(
+  loc: string,
+  suffix: string,
+  reveal: RevealCell | null,
+  cellIds: Record<string, string>
+): HTMLElement {
+  const cell = parseCellLocation(loc);
+  if (!cell || !reveal) {
+    return h('code', { class: 'jp-NeuronLab-loc', data: { nl: 'location' } }, location(loc) + suffix);
+  }
+  const id = cellIds[String(cell.n)] ?? null;
+  const link = h(
+    'a',
+    {
+      class: 'jp-NeuronLab-cellLink',
+      title: `Scroll to cell In[${cell.n}], line ${cell.line}`,
+      data: { nl: 'location', cell: id ?? '', n: cell.n, line: cell.line },
+      attrs: { href: '#', role: 'link' },
+      onclick: (ev: Event) => {
+        ev.preventDefault();
+        reveal(cell, id);
+      }
+    },
+    loc
+  );
+  return h('span', { class: 'jp-NeuronLab-loc' }, link, suffix);
+}
+
+function renderRow(r: IFallbackRow, reveal: RevealCell | null, cellIds: Record<string, string>): HTMLElement[] {
   const where = r.locations ?? [];
   const first = where[0];
   const src = first ? r.source?.[first] : undefined;
@@ -41,7 +78,7 @@ function renderRow(r: IFallbackRow): HTMLElement[] {
       'td',
       { attrs: { colspan: '2' }, title: where.join('\n') },
       h('div', { class: 'jp-NeuronLab-reason', data: { nl: 'reason' } }, r.reason),
-      first ? h('code', { class: 'jp-NeuronLab-loc', data: { nl: 'location' } }, location(first) + more) : 'location unknown',
+      first ? renderLocation(first, more, reveal, cellIds) : 'location unknown',
       src ? h('code', { class: 'jp-NeuronLab-src', data: { nl: 'source' } }, src.trim()) : null
     )
   );
