@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from . import config, dtypes, memory, shell, sizing, tracking
+from . import config, dtypes, hooks, memory, shell, sizing, tracking
 from .executor import host_device
 from .opinfo import OpFacts, facts
 
@@ -157,6 +157,8 @@ def execute(f: OpFacts, args, kwargs):
         tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
     if f.random or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
         _policy(f, found + _out_dtype(kwargs))
+        if f.random:
+            hargs, hkwargs = hooks.host_generators(f.name, hargs, hkwargs)
     _executed[f.name] += 1
     if f.sizer is not None:
         _admit(f, args, kwargs)

@@ -12,7 +12,12 @@ narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls Py
    path PyTorch already uses for storage-less backends (copy to CPU, rebuild on load honouring
    ``map_location``).
 3. ``tensor.data = other`` swaps the TensorImpl's storage in C++ without a kernel call; the
-   setter also refreshes the host view cached on the Python object.
+   setter also refreshes the host view cached on the Python object. PyTorch allows the swap
+   (and ``Module._apply`` keeps each Parameter object, so tied weights stay tied through
+   ``.to``/``.to_empty``) only when ``_has_compatible_shallow_copy_type`` holds: built in for
+   CPU/CUDA/MPS/... dense tensors, an operator a PrivateUse1 backend implements for its own
+   (``_shallow_copy_compatible``, as PyTorch's OpenReg does). ``data_ptr()`` of a tensor whose
+   value is still queued (adaptive mode) waits for it: a sync point.
 4. ``repr`` of a neuron tensor is one sync point, counted as such: the contents are formatted
    from the host value (as torch_xla formats a CPU copy); PyTorch's formatter run on the device
    tensor would issue ~100 ``item()``s, copies and a ``masked_select``, each a sync of its own.
@@ -26,9 +31,8 @@ narrowly (the patch only changes behaviour for ``neuron`` and otherwise calls Py
 from __future__ import annotations
 
 import torch
-from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from . import autocast, kernels, module, properties, streams, tracking
+from . import autocast, hooks, kernels, module, properties, streams, tracking
 from .opinfo import facts
 
 _registered = False
@@ -206,6 +210,48 @@ def _patch_accelerator() -> None:
     acc.get_device_capability = get_device_capability
 
 
+# Devices whose dense tensors may swap TensorImpl contents with a neuron tensor (``.data =``):
+# the ones PyTorch's TensorImpl::has_compatible_shallow_copy_type treats as dense, and neuron.
+_DENSE = frozenset({"cpu", "cuda", "mps", "hip", "xpu", "hpu", "mtia", "neuron"})
+
+
+def _shallow_copy_compatible(self, other) -> bool:
+    """``aten::_has_compatible_shallow_copy_type`` for neuron: dense strided tensors of neuron
+    and the dense devices are compatible (CPU <-> CUDA already are), so ``param.data = x.to(d)``
+    keeps the Parameter object. Meta is not (as for CUDA): ``to_empty`` from meta makes new
+    Parameters there too."""
+    return (self.layout == torch.strided and other.layout == torch.strided
+            and self.device.type in _DENSE and other.device.type in _DENSE)
+
+
+def _register_shallow_copy() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
+    _libs.append(lib)
+
+
+def _patch_data_ptr() -> None:
+    """A queued (adaptive) value has no host buffer yet, so no address: ``data_ptr()`` on it
+    runs the queue first, as reading a CUDA pointer after an async launch is valid only for the
+    allocation the launch writes, which exists already; here it exists once the queue ran."""
+    from . import shell
+    T, U = torch.Tensor, torch.UntypedStorage
+    t_ptr, u_ptr = torch._C.TensorBase.data_ptr, torch._C.StorageBase.data_ptr
+
+    def data_ptr(self):
+        if self.device.type == "neuron" and shell.is_pending(self):
+            shell.host(self)
+        return t_ptr(self)
+
+    def storage_data_ptr(self):
+        if getattr(self, "_h", 0) is None:
+            module.synchronize()
+        return u_ptr(self)
+
+    data_ptr.__doc__, storage_data_ptr.__doc__ = t_ptr.__doc__, u_ptr.__doc__
+    T.data_ptr, U.data_ptr = data_ptr, storage_data_ptr
+
+
 def _patch_tensor() -> None:
     T = torch.Tensor
     orig_reduce = T._reduce_ex_internal
@@ -222,7 +268,7 @@ def _patch_tensor() -> None:
 
     def _set_data(self, value):
         data.__set__(self, value)
-        if self.__dict__.get("_d", 0) != 0:
+        if "_d" in self.__dict__:
             del self._d        # re-derived from the (new) storage on next use
 
     T.data = property(data.__get__, _set_data, doc=data.__doc__)
@@ -337,14 +383,23 @@ def register() -> None:
     if existing is not None and existing is not module:
         raise RuntimeError("neuron_lab: another 'neuron' backend (torch-neuronx?) is registered; "
                            "use one or the other in a process")
-    _setup_privateuseone_for_python_backend(rename="neuron", backend_module=module,
-                                            hook=_Hooks(), device_guard=_Guard())
+    # _setup_privateuseone_for_python_backend's steps, with C++ hooks where they can be built
+    torch.utils.generate_methods_for_privateuse1_backend()
+    torch._register_device_module("neuron", module)
+    if hooks.install():       # pinned memory and generators need the C++ hooks
+        from . import native, shell
+        shell.use_native(native.load())     # storages get their host buffer's address
+    else:
+        torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     streams.install()       # the C++ guard: streams and events (after the Python one)
     _register_kernels()
     _register_sdpa()
+    _register_shallow_copy()
     autocast.register()
     _patch_accelerator()
     _patch_tensor()
+    _patch_data_ptr()
     _patch_serialization()
     _patch_storage()
     _registered = True

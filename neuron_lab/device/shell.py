@@ -18,8 +18,12 @@ storage whose value the adaptive runtime has not produced yet (a pending output)
 The conjugate and negative bits (``x.conj()``, ``_neg_view``) live on the TensorImpl, not in the
 bytes: ``wrap`` copies them from the host tensor, ``_recover`` back onto a rebuilt host view.
 
-Shell storages are 0-byte (fresh outputs) or null-pointer storages sized like the host storage
-(views); ``data_ptr()`` is 0 on ``neuron`` as on ``meta``: the bytes are not addressable here.
+A shell storage has the host storage's address and size (``bind``, ``csrc/storage.cpp``): its
+``data_ptr()`` is the host buffer's address, non-zero, unique per buffer and stable, the same for
+every view of the buffer, as on any device, so libraries that tell shared from distinct storage
+by address (safetensors, ``save_pretrained``) see what they would on CUDA. A pending storage has
+no address until its value exists: ``data_ptr()`` on it is a sync point (``registry``). Without
+the native extension storages keep a null address (data_ptr() 0, as on ``meta``).
 """
 from __future__ import annotations
 
@@ -34,11 +38,28 @@ _empty = torch.empty
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
 materialize_hook = None  # set by the runtime: fn(shell) -> host tensor, for pending outputs
+_bind = None             # native bind_storage(device_cdata, host_cdata), when built
+
+
+def bind(st, host_storage) -> None:
+    """Give shell storage ``st`` the host storage's bytes: ``_h`` for the kernels, and (native)
+    the host buffer's address and size for ``data_ptr()``/``nbytes()``."""
+    st._h = host_storage
+    if _bind is not None:
+        _bind(st._cdata, host_storage._cdata)
+
+
+def use_native(ext) -> None:
+    global _bind
+    _bind = ext.bind_storage
 
 
 def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host_storage) -> None:
     st = _from_ptr(0, DEVICE, nbytes)
-    st._h = host_storage
+    if host_storage is not None:
+        bind(st, host_storage)
+    else:
+        st._h = None
     # CPU's set_ kernel only rewrites TensorImpl metadata; it never touches the (null) data.
     _set_storage.redispatch(_CPU, s, st, offset, size, stride)
 
@@ -47,7 +68,7 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
     """A new shell for host tensor ``h`` (same size, stride, offset, dtype)."""
     if h.is_contiguous() and h.storage_offset() == 0:
         s = _create(h.shape, h.dtype)
-        s.untyped_storage()._h = h.untyped_storage()
+        bind(s.untyped_storage(), h.untyped_storage())
     else:
         hs = h.untyped_storage()
         s = _create((0,), h.dtype)
@@ -62,8 +83,7 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
 
 def storage_for(hs) -> torch.UntypedStorage:
     """A neuron storage backed by host storage ``hs`` and sized like it, for storages made
-    directly (``torch.UntypedStorage(n, device='neuron')``: ``copy_`` and ``nbytes`` must work;
-    its ``data_ptr()`` raises, as for every null storage that claims bytes)."""
+    directly (``torch.UntypedStorage(n, device='neuron')``: ``copy_`` and ``nbytes`` must work)."""
     s = _create((0,), torch.uint8)
     _restride_into(s, (hs.nbytes(),), (1,), 0, hs.nbytes(), hs)
     return s.untyped_storage()
@@ -102,7 +122,7 @@ def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
 
 def fill(s: torch.Tensor, h: torch.Tensor) -> None:
     """Give a pending shell its value."""
-    s.untyped_storage()._h = h.untyped_storage()
+    bind(s.untyped_storage(), h.untyped_storage())
     s._d = h
 
 

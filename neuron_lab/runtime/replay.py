@@ -40,7 +40,7 @@ def _fill(target, h: Tensor) -> None:
         if target.__dict__.get("_d", 0) is None:
             shell.fill(target, h)
     elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
-        target._h = st
+        shell.bind(target, st)
 
 
 def _resolve(a, vals):

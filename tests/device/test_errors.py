@@ -89,7 +89,7 @@ def test_unsupported_dtype_under_error_policy_is_clear(any_mode):
 def test_numpy_and_data_ptr_behave_like_an_accelerator():
     with pytest.raises(TypeError, match="neuron:0 device type tensor to numpy.*Tensor.cpu"):
         n(2).numpy()
-    assert n(2).data_ptr() == 0             # the bytes are not addressable here (as on meta)
+    assert n(2).data_ptr() != 0             # an address, as on any device (test_storage_address)
     with pytest.raises(RuntimeError):
         n(2).pin_memory()                   # only CPU tensors can be pinned
 

@@ -1,0 +1,67 @@
+"""PyTorch's PrivateUse1 hooks for ``neuron``: pinned memory and generators (``csrc/hooks.cpp``).
+
+The Python hooks that ``_setup_privateuseone_for_python_backend`` can register answer only
+"is it available/built"; pinned memory (``DataLoader(pin_memory=True)``, ``Tensor.pin_memory()``,
+``is_pinned()``, a ``non_blocking`` copy to the host) and device generators
+(``torch.Generator(device="neuron")``) are asked of the C++ hooks object, so the device registers
+a C++ one, as PyTorch's reference PrivateUse1 backend (OpenReg) does. PyTorch takes one hooks
+object per process: ``install`` runs before any other and, without the native extension (no C++
+compiler), leaves the Python hooks to the caller; then those two features raise PyTorch's own
+"getPinnedMemoryAllocator"/"getNewGenerator" errors and everything else works.
+
+A neuron generator fronts a host generator (random ops run on the host executor): its seed,
+state and offset are the host generator's; ``host_generators`` swaps it in for the host op.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import executor
+
+_ext = None
+
+
+def _host_generator(default: bool) -> torch.Generator:
+    dev = executor.host_device()
+    if default:
+        return torch.cuda.default_generators[0] if dev.type == "cuda" else torch.default_generator
+    return torch.Generator(device=dev)
+
+
+def install() -> bool:
+    """Register the C++ hooks; False when the native extension is not available."""
+    global _ext
+    from . import native
+    try:
+        ext = native.load()
+    except RuntimeError:
+        return False
+    ext.install_hooks(_host_generator, executor.host_device().type == "cuda")
+    _ext = ext
+    return True
+
+
+def host_generator(g: torch.Generator, op: str = "a random op") -> torch.Generator:
+    """The host generator a neuron generator draws from. A generator of another device is
+    refused, as CUDA refuses a CPU generator for a CUDA op."""
+    if g.device.type != "neuron":
+        raise RuntimeError(
+            f"Expected a 'neuron' device type for generator but found '{g.device.type}' (in {op} "
+            f"on neuron:0). Create it with torch.Generator(device='neuron'), or draw on "
+            f"{g.device.type} and move the result with .to('neuron').")
+    if _ext is None:
+        raise RuntimeError("neuron: generators on neuron need the device's native hooks, which "
+                           "are not built (a C++ compiler is missing; scripts/setup.sh installs "
+                           "g++); pass a CPU generator instead")
+    return _ext.host_generator(g)
+
+
+def host_generators(op: str, args, kwargs):
+    """``args``/``kwargs`` of random op ``op`` with its neuron generator replaced by its host one."""
+    G = torch.Generator
+    if any(type(a) is G for a in args):
+        args = [host_generator(a, op) if type(a) is G else a for a in args]
+    g = kwargs.get("generator") if kwargs else None
+    if g is not None:
+        kwargs = dict(kwargs, generator=host_generator(g, op))
+    return args, kwargs
