@@ -41,6 +41,19 @@ def install() -> bool:
     return True
 
 
+def pin_device_tensor(self, device=None):
+    """``aten::_pin_memory`` on a neuron tensor: only host tensors are pinned (as for CUDA)."""
+    raise RuntimeError(
+        f"cannot pin a tensor on {self.device}: only dense CPU tensors can be pinned (pinned "
+        f"memory is host memory for fast copies to the device); pin the CPU tensor before "
+        f"moving it: x.pin_memory().to('neuron', non_blocking=True)")
+
+
+def is_pinned_device_tensor(self, device=None) -> bool:
+    """``aten::is_pinned`` on a neuron tensor: device memory is never pinned host memory."""
+    return False
+
+
 def host_generator(g: torch.Generator, op: str = "a random op") -> torch.Generator:
     """The host generator a neuron generator draws from. A generator of another device is
     refused, as CUDA refuses a CPU generator for a CUDA op."""

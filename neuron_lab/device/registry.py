@@ -97,7 +97,8 @@ NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 # read the shell storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
 BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
-SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.copy_from_and_resize}
+SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.copy_from_and_resize,
+           "_pin_memory": hooks.pin_device_tensor, "is_pinned": hooks.is_pinned_device_tensor}
 
 
 def _register_kernels() -> int:

@@ -16,6 +16,13 @@ def test_pin_memory_and_is_pinned():
     assert torch.empty(3, pin_memory=True).is_pinned()
 
 
+def test_a_neuron_tensor_is_not_pinned_and_cannot_be():
+    x = torch.ones(2, device="neuron")
+    assert not x.is_pinned()
+    with pytest.raises(RuntimeError, match="cannot pin a tensor on neuron:0.*x.pin_memory"):
+        x.pin_memory()
+
+
 def test_dataloader_pin_memory_then_non_blocking_copies(any_mode):
     torch.manual_seed(0)
     ds = TensorDataset(torch.randn(10, 3), torch.arange(10))
