@@ -57,6 +57,21 @@ def metrics_report() -> str:
     return _report()
 
 
+def cost_model(chip: str = "trn2"):
+    """The modelled Trainium chip ("trn2" or "trn3"): ``.params`` (HBM bytes and bandwidth,
+    peak FLOP/s per dtype, per-launch overhead, collective latency, their sources and which are
+    assumptions) and ``launch_s(cost)``, the roofline. A model, not a measurement."""
+    from .telemetry.cost_model import cost_model as _cost_model
+    return _cost_model(chip)
+
+
+def estimate(fn, *args, chip: str = "trn2", **kwargs) -> dict:
+    """Run ``fn(*args)`` once in eager and once in adaptive mode; per mode: launches,
+    modelled_s (on ``chip``), host_s, bytes, flops. Would adaptive eager help on Trainium?"""
+    from .telemetry.estimate import estimate as _estimate
+    return _estimate(fn, *args, chip=chip, **kwargs)
+
+
 def profile(*args, **kwargs):
     """Context manager: torch.profiler with launch/compile ranges; exports a Chrome trace."""
     from .telemetry import profile as _profile
@@ -81,4 +96,5 @@ def unload_ipython_extension(ipython) -> None:
 
 __all__ = ["kernel", "set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
            "clear_op_tracking", "metrics", "metrics_report", "set_fallback", "get_fallback",
-           "profile", "dashboard", "load_ipython_extension", "unload_ipython_extension"]
+           "profile", "cost_model", "estimate", "dashboard", "load_ipython_extension",
+           "unload_ipython_extension"]

@@ -61,6 +61,9 @@ export interface ICellRecord {
   compiles: number;
   fallbacks: number;
   peak_bytes: number;
+  /** modelled Trainium2 seconds of the cell's recorded launches (null: none priced) */
+  modelled_s?: number | null;
+  modelled_ops?: number;
 }
 
 /** Live timing of the running cell; `cell_id` is null when the kernel is idle. */

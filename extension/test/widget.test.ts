@@ -17,7 +17,7 @@ describe('renderPanel', () => {
       s,
       snapshot({
         fallbacks: [fallbackRow('aten::sum', { count: 2 })],
-        cells: [cellRecord(1, { fallbacks: 2 })]
+        cells: [cellRecord(1, { fallbacks: 2, modelled_s: 0.00042, modelled_ops: 9 }), cellRecord(2, { execution_count: 7 })]
       })
     );
     const el = renderPanel(s, 'a.ipynb', actions());
@@ -31,7 +31,11 @@ describe('renderPanel', () => {
     expect(q(el, 'reason')!.textContent).toContain('float64 is not supported');
     expect(q(el, 'location')!.textContent).toBe('ipykernel_1/123.py:3');
     expect(q(el, 'source')!.textContent).toContain('dtype=torch.float64');
-    expect(el.querySelectorAll('[data-nl="cell-row"]')).toHaveLength(1);
+    const rows = el.querySelectorAll('[data-nl="cell-row"]');
+    expect(rows).toHaveLength(2);
+    expect(rows[0].firstChild!.textContent).toBe('7'); // In[N] when the kernel knows it
+    expect((rows[0].querySelector('[data-nl="modelled"]') as HTMLElement).textContent).toBe('—'); // nothing priced
+    expect((rows[1].querySelector('[data-nl="modelled"]') as HTMLElement).textContent).toBe('420 µs');
     expect(q(el, 'hit-rate')!.textContent).toBe('50%');
     expect(q(el, 'hello')!.textContent).toContain('neuron:0 on cpu');
     expect(el.querySelector('polyline')).not.toBeNull();

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
 
     import torch
-    from . import harness, peers, report
+    from . import harness, modelled, peers, report
     from .micro import copy_bandwidth
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -116,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{k}: {WORKLOADS[k].title}")
         result["workloads"][k] = harness.run_workload(WORKLOADS[k], ps, cfg, log)
     result["copy_bandwidth_GBps"] = copy_bandwidth(cfg)["GBps"]
+    result["modelled_trn2"] = modelled.run(keys, log)
     result["seconds"] = time.perf_counter() - t0
     machine["load_after"] = round(os.getloadavg()[0], 2)
     print(report.header(result) + "\n\n" + report.table(result))
+    if result["modelled_trn2"]:
+        print("\n" + modelled.table(result["modelled_trn2"]))
     if a.json:
         report.write_json(result, a.json)
         log(f"wrote {a.json}")

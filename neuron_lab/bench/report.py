@@ -10,7 +10,9 @@ Schema ``neuron_lab.bench/1``::
      "workloads": {key: {"title", "seconds", "extra": {...},
                          "metrics": {name: {"unit", "better", "log",
                                             "peers": {peer: {"median", "samples"} | {"skip"}}}},
-                         "ratios": [{"label", "num", "den", "op", "target", "value", "met"}]}}}
+                         "ratios": [{"label", "num", "den", "op", "target", "value", "met"}]}},
+     "modelled_trn2": {key: {"eager"|"adaptive": {"launches", "modelled_s", "host_s", "bytes",
+                                                  "flops"} per iteration, "speedup"}}}
 """
 from __future__ import annotations
 

@@ -134,7 +134,13 @@ class NeuronMagics(Magics):
         rows = [{"op": k, "count": v} for k, v in ops]
         fbs = [f for f in tracking.fallback_ops()
                if f["count"] > fb_before.get((f["op"], f["reason"]), 0)]
-        note = (f"wall {wall * 1e3:.1f} ms; launches {len(prof.launches)} "
+        mod = prof.modelled
+        host_launch_s = sum(r.get("seconds", 0.0) for r in prof.launches)
+        note = (f"wall {wall * 1e3:.1f} ms; host in launches {host_launch_s * 1e3:.2f} ms | "
+                f"modelled {prof.chip} {mod.get('modelled_s', 0.0) * 1e3:.3f} ms "
+                f"({mod.get('launches', 0)} launches for {mod.get('ops', 0)} ops, "
+                f"{_fmt_bytes(mod.get('bytes', 0))} moved, {mod.get('flops', 0.0) / 1e9:.2f} GFLOP; "
+                f"a model, not a measurement); launches {len(prof.launches)} "
                 f"(fused {rs1['launches_fused'] - rs0['launches_fused']}); compile "
                 f"{rs1['compile_seconds'] - rs0['compile_seconds']:.2f} s; peak memory "
                 f"{_fmt_bytes(memory.max_memory_allocated())}; fallbacks: "

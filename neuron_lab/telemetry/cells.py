@@ -4,7 +4,10 @@
 ``end()`` flushes the adaptive queue (so the cell's queued work is attributed to it, and the
 re-run of a cell meets a cache boundary at the same place) and returns the deltas: wall time,
 device time (host seconds spent in launches), ops, launches, fused share, compiles, fallbacks,
-peak memory. ``live()`` gives the running cell's figures for the side panel.
+peak memory, and the modelled trn2 time of its launches (``modelled_s``: costing.py, each
+launch of a recognised region as one fused launch; None when no launch could be priced, as in
+eager mode, whose ops make no launch events; ``modelled_ops``: the ops it covers).
+``live()`` gives the running cell's figures for the side panel.
 
 If that flush raises (queued work failed), the record is still written, with ``error`` set, the
 tracker is idle again, and the exception is kept in ``last_error`` for the caller to re-raise:
@@ -16,7 +19,11 @@ import time
 
 from .. import runtime
 from ..device import memory, tracking
+from .cost_model import cost_model
+from .costing import modelled_launches
 from .store import store
+
+MODEL = cost_model("trn2")      # the chip per-cell records are priced on
 
 
 def _counters() -> dict:
@@ -94,12 +101,20 @@ class CellTracker:
             cell_id, self.cell_id = self.cell_id, None
         self.count += 1
         err = self.last_error
+        with store.lock:
+            launches = [ev for ev in store.launches if ev["t"] >= self.started]
+        try:
+            mod = modelled_launches(launches, MODEL)
+        except Exception:                    # pricing must never cost the user their record
+            mod = None
         rec = {"cell_id": cell_id, "execution_count": self.execution_count, "index": self.count,
                "started": self.started,
                "wall_s": time.time() - self.started, "device_s": d["launch_s"], "ops": d["ops"],
                "launches": d["launches"], "fused_share": d["fused_share"],
                "compiles": d["compiles"], "fallbacks": d["fallbacks"],
                "peak_bytes": memory.max_memory_allocated(),
+               "modelled_s": mod.modelled_s if mod and mod.covered_ops else None,
+               "modelled_ops": mod.covered_ops if mod else 0,
                "error": f"{type(err).__name__}: {err}" if err is not None else None}
         store.add_cell(rec)
         return rec

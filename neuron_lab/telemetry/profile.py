@@ -11,6 +11,9 @@ shared timeline, which the views draw at their own pace). On exit, under ``out_d
   ``pyarrow`` is installed, else CSV (``export.export_table``; ``export.read_table`` reads back).
 
 The block ends with ``runtime.sync("profile-end")`` so its queued work is inside the profile.
+Every op of the block is priced on the modelled trn2 (``estimate.OpCosts``; ``Profile.modelled``:
+launches, modelled_s, bytes, flops, ops, each recognised region as one fused launch), and each
+launch row gets ``modelled_s``, ``bytes``, ``flops`` of its region as one fused launch.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ import time
 import torch
 
 from ..device import tracking
+from .cost_model import cost_model
+from .costing import annotate
+from .estimate import OpCosts, price
 from .export import export_chrome_trace, export_table
 from .report import metrics
 from .sampler import Sampler
@@ -41,6 +47,8 @@ class Profile:
         self.memory: list[dict] = []
         self.fallback_events: list[dict] = []
         self.wall_s = 0.0
+        self.chip = "trn2"
+        self.modelled: dict = {}     # estimate.price of every op in the block, on ``chip``
 
     @property
     def peak_bytes(self) -> int:
@@ -80,6 +88,8 @@ def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: 
     if trace or tables:
         os.makedirs(out_dir, exist_ok=True)
     result = Profile(out_dir)
+    model = cost_model(result.chip)
+    costs = OpCosts()
     sampler = Sampler(PROFILE_SAMPLE_HZ, record=False)
     sampler.listeners.append(result.memory.append)
     t0 = time.time()
@@ -87,10 +97,11 @@ def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: 
     sampler.start()
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            try:
-                yield result
-            finally:
-                runtime.sync("profile-end")
+            with costs:      # every op priced on the modelled chip (estimate.OpCosts)
+                try:
+                    yield result
+                finally:
+                    runtime.sync("profile-end")
     finally:
         sampler.stop()
         sampler.tick()
@@ -99,4 +110,7 @@ def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: 
     with store.lock:    # by time, not index: the record buffers are rings
         result.launches = [dict(r) for r in store.launches if r["t"] >= t0]
         result.fallback_events = [dict(e) for e in store.fallback_events if e["t"] >= t0]
+    annotate(result.launches, model)
+    result.modelled = price(costs.timeline, model)
+    result.modelled["ops"] = sum(1 for e in costs.timeline if e[0] == "op")
     _write(result, trace, tables)

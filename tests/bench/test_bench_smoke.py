@@ -39,6 +39,11 @@ def test_json_schema(cli_run):
     assert res["copy_bandwidth_GBps"] > 0
     assert res["peers"] == list(peers.ORDER)
     assert set(res["workloads"]) == set(SUBSET)
+    w1 = res["modelled_trn2"]["W1"]                       # W1 is the only modelled one here
+    assert set(res["modelled_trn2"]) == {"W1"}
+    assert w1["eager"]["launches"] == 65                  # 64 ops and the .item(), each a launch
+    assert w1["adaptive"]["launches"] < w1["eager"]["launches"]
+    assert w1["eager"]["flops"] == w1["adaptive"]["flops"] and w1["speedup"] > 1
     for w in res["workloads"].values():
         assert w["title"] and w["seconds"] >= 0
         for r in w["ratios"]:

@@ -1,6 +1,6 @@
 /**
  * Timing: the running cell live (elapsed, ops/s, launches, fused share, compile queue) and the
- * last cells' records (wall, device time, ops, fallbacks, peak memory), newest first.
+ * last cells' records (wall, host time in launches, modelled trn2 time, ops, fallbacks, peak memory), newest first.
  */
 import { ICellRecord, IRunning } from '../protocol';
 import { bytes, count, pct, seconds } from './format';
@@ -42,9 +42,10 @@ export function renderCells(cells: ICellRecord[]): HTMLElement {
         h(
           'tr',
           null,
-          h('th', { title: 'cell number since %load_ext' }, '#'),
+          h('th', { title: 'In[N]: the execution count (else the cell number since %load_ext)' }, '#'),
           th('wall', 'wall-clock time'),
-          th('device', 'time in device launches'),
+          th('host', 'host seconds spent in device launches (the emulator)'),
+          th('trn2', 'modelled Trainium2 time of the recorded launches: a model (roofline + launch overhead), not a measurement; — when no launch was priced (eager mode)'),
           th('ops', 'ops executed'),
           th('fb', 'fallbacks'),
           th('peak', 'peak allocated memory')
@@ -57,9 +58,14 @@ export function renderCells(cells: ICellRecord[]): HTMLElement {
           h(
             'tr',
             { data: { nl: 'cell-row' }, title: `launches ${c.launches}, fused ${pct(c.fused_share)}, compiles ${c.compiles}` },
-            h('td', null, c.index ?? ''),
+            h('td', null, c.execution_count ?? c.index ?? ''),
             h('td', { class: 'jp-mod-num' }, seconds(c.wall_s)),
             h('td', { class: 'jp-mod-num' }, seconds(c.device_s)),
+            h(
+              'td',
+              { class: 'jp-mod-num', data: { nl: 'modelled' }, title: `${c.modelled_ops ?? 0} ops priced` },
+              c.modelled_s === null || c.modelled_s === undefined ? '—' : seconds(c.modelled_s)
+            ),
             h('td', { class: 'jp-mod-num' }, count(c.ops)),
             h('td', { class: `jp-mod-num${c.fallbacks ? ' jp-mod-warn' : ''}` }, count(c.fallbacks)),
             h('td', { class: 'jp-mod-num' }, bytes(c.peak_bytes))
