@@ -24,13 +24,3 @@ def any_mode(request):
         yield request.param
         neuron_lab.sync()
 
-
-@pytest.fixture(autouse=True)
-def _no_compile_outlives_its_test():
-    """A background compile a test queued finishes inside that test, not during the next one:
-    in the CI rehearsals of f59e187 and f0e9dcd a compile left by an earlier test ran (cold
-    cache) during tests/device/test_sync_points.py, and a "dictionary changed size during
-    iteration" raised outside the test's own thread was reported as that test's error."""
-    yield
-    from neuron_lab import runtime
-    runtime.wait_compiles(timeout=600)

@@ -101,14 +101,17 @@ def _watch(storage) -> weakref.ref:
 
 
 def _count(storage, n: int) -> None:
-    # No lock on this path: allocations happen on threads that hold the GIL one at a time (the
-    # caller blocks while autograd's device thread runs the backward pass).
-    _live[id(storage)] = (_watch(storage), n)
-    s = _state
-    s["allocated"] += n
-    s["n_alloc"] += 1
-    s["bytes_alloc"] += n
-    _raise_peaks(s)
+    # Under the lock: threads allocate concurrently (eager mode takes no engine lock) and a
+    # storage dying in another thread runs ``_freed`` there; ``+=`` on the totals is a
+    # read-modify-write the interpreter can switch threads in.
+    ref = _watch(storage)
+    with _lock:
+        _live[id(storage)] = (ref, n)
+        s = _state
+        s["allocated"] += n
+        s["n_alloc"] += 1
+        s["bytes_alloc"] += n
+        _raise_peaks(s)
 
 
 def track(storage, op: str | None = None) -> None:

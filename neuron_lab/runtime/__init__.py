@@ -32,9 +32,10 @@ engine = Engine()
 
 
 def _materialize(s):
-    engine.flush("materialize")
-    d = s.__dict__.get("_d")
-    d = d if isinstance(d, torch.Tensor) else shell._recover(s)
+    with engine.lock:            # the flush and the read: another thread cannot refill it between
+        engine.flush("materialize")
+        d = s.__dict__.get("_d")
+        d = d if isinstance(d, torch.Tensor) else shell._recover(s)
     if d is None:       # its producer was deferred and failed: never hand out a made-up value
         raise RuntimeError(
             f"neuron: this tensor (shape {tuple(s.shape)}, {s.dtype}) on neuron:0 has no value: "
@@ -118,6 +119,8 @@ def regions() -> list[dict]:
 
 def reset() -> None:
     """Forget every cached region and counter (a fresh engine)."""
-    engine.flush("reset")
-    fresh = Engine()
-    engine.__dict__.update(fresh.__dict__)
+    with engine.lock:            # the same lock object stays: other threads may be waiting on it
+        engine.flush("reset")
+        fresh = Engine()
+        fresh.lock = engine.lock
+        engine.__dict__.update(fresh.__dict__)

@@ -25,6 +25,7 @@ State machine per op (installed as the device's ``kernels.launcher``):
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import weakref
 
@@ -41,7 +42,18 @@ _executed = tracking.executed
 
 
 class Engine:
+    """One queue for the device, shared by every thread that issues ops (and by PyTorch's
+    autograd device thread, so forward and backward stay one region). ``lock`` (reentrant)
+    guards the queue, the trie position and the region cache: a thread holds it while it
+    captures, defers or launches, and while it materializes a pending value; threads doing
+    anything else never wait for it. Ops from several threads interleave into the queue in
+    the order they were issued, which is a valid order for each thread: results equal each
+    thread's eager results (tests/runtime/test_threads.py). The device model runs one thing
+    at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
+    the host work of launching, not the threads' other Python."""
+
     def __init__(self) -> None:
+        self.lock = threading.RLock()
         self.cache = RegionCache()
         self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
@@ -64,6 +76,10 @@ class Engine:
             if self.records:
                 self.flush("mode")
             return _execute(f, args, kwargs)
+        with self.lock:
+            return self._adaptive(f, args, kwargs)
+
+    def _adaptive(self, f, args, kwargs):
         if f.random or f.data_dependent or not policy.queueable(f) or \
                 (f.base == "index" and kernels.bool_indexing(f, args)):
             if self.records:
@@ -82,7 +98,7 @@ class Engine:
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
             if self.node.region is not None:            # a region ended: launch, start anew
                 self._launch(self.node.region)
-                return self.launch(f, args, kwargs)
+                return self._adaptive(f, args, kwargs)
             self._diverge()
             key, targs, tkw = describe(f, args, kwargs, len(self.records), self.producers)
         elif not self.records:                          # segment start: known region?
@@ -245,6 +261,11 @@ class Engine:
         """End the current segment: launch/replay deferred ops, cache captured ones."""
         if not self.records:
             return
+        with self.lock:
+            if self.records:         # another thread may have flushed it meanwhile
+                self._flush(reason)
+
+    def _flush(self, reason: str) -> None:
         depth = len(self.records)
         fl = self.stats["flushes"]
         fl[reason] = fl.get(reason, 0) + 1

@@ -74,7 +74,7 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             dt = replay.fused(region, records, needed)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
             region.status, region.error, region.program = "failed", f"run: {type(e).__name__}: {e}"[:500], None
-            stats["compiles_failed"] += 1
+            worker._add("compiles_failed", 1, stats)
             dt = None
         if dt is not None:
             if sample:
@@ -118,7 +118,7 @@ def maybe_compile(region, records, needed, stats) -> None:
         gm, plan, examples = compiler.build(records, needed)
     except Exception as e:  # noqa: BLE001 - cannot express the region as a graph: per-op
         region.status, region.error = "failed", f"build: {type(e).__name__}: {e}"[:500]
-        stats["compiles_failed"] += 1
+        worker._add("compiles_failed", 1, stats)
         return
     region.plan = plan
     region.status = "queued"

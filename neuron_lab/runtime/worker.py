@@ -37,16 +37,16 @@ state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "seconds": 0.0}
 def _compile(region, gm, examples, stats, largest=0) -> None:
     t0 = time.perf_counter()
     region.status = "compiling"
-    state["running"] += 1
+    _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
-        with torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
+        with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
             program = compiler.compile_program(gm, examples, largest)
     except Exception as e:  # noqa: BLE001 - any compiler error means: stay per-op
         region.status, region.error = "failed", f"{type(e).__name__}: {e}"[:500]
         region.compile_s = time.perf_counter() - t0
-        state["failed"] += 1
-        stats["compiles_failed"] += 1
+        _add("failed", 1)
+        _add("compiles_failed", 1, stats)
         if knobs.DEBUG_LEVEL() > 1:
             traceback.print_exc()
         events.emit(events.COMPILE, region=region.id, seconds=region.compile_s, outcome="failed",
@@ -55,14 +55,37 @@ def _compile(region, gm, examples, stats, largest=0) -> None:
         region.compile_s = time.perf_counter() - t0
         region.program = program
         region.status = "trial"
-        state["done"] += 1
-        stats["compiles_done"] += 1
+        _add("done", 1)
+        _add("compiles_done", 1, stats)
         events.emit(events.COMPILE, region=region.id, seconds=region.compile_s, outcome="ok",
                     error=None)
     finally:
-        state["running"] -= 1
-        state["queued"] -= 1
-        state["seconds"] += time.perf_counter() - t0
+        _add("running", -1)
+        _add("queued", -1)
+        _add("seconds", time.perf_counter() - t0)
+
+
+def _compile_lock():
+    """Dynamo's own lock around every compile in the process. PyTorch's compile stack keeps
+    process-wide state (``torch.fx.traceback.current_meta`` and ``should_preserve_node_meta``,
+    dynamo's counters and code caches): a region compiling here while the user's thread runs
+    ``torch.compile`` (or ``torch._dynamo.reset()``) corrupted both — in the test suite an
+    AOTAutograd backward trace on the main thread failed "Expected current_level > 0" and
+    "dictionary changed size during iteration" was raised outside the test's thread
+    (tests/runtime/test_threads.py reproduces it). Dynamo serialises its frame compiles with
+    this lock; taking it makes a region compile one more of them. The user's loop never waits
+    for it: only another compile does."""
+    from torch._dynamo.convert_frame import compile_lock
+    return compile_lock
+
+
+def _add(key: str, n, d: dict | None = None) -> None:
+    """Counters written by the compile thread and the user's threads: ``x += n`` on a dict is a
+    read-modify-write the interpreter can switch threads in (a lost ``queued`` decrement would
+    make ``wait()`` block forever)."""
+    d = state if d is None else d
+    with _lock:
+        d[key] = d.get(key, 0) + n
 
 
 def _loop() -> None:
@@ -84,8 +107,8 @@ def _loop() -> None:
 
 def submit(region, gm, examples, stats, largest: int = 0) -> None:
     global _thread
-    state["queued"] += 1
-    stats["compiles_queued"] += 1
+    _add("queued", 1)
+    _add("compiles_queued", 1, stats)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="queued", error=None)
     if knobs.SYNC_COMPILE.get():
         _compile(region, gm, examples, stats, largest)

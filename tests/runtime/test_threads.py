@@ -1,0 +1,125 @@
+"""Threads in adaptive mode: each thread's results equal its eager results.
+
+Stress: several threads run the same 5-op chain on their own data while the interpreter
+switches threads every microsecond, so their ops interleave at every possible point of the
+engine (capture, deferral, divergence, launch, materialize). Before the engine lock, this
+raised IndexError/shape errors from another thread's records and, worse, handed one thread
+another thread's output.
+"""
+import sys
+import threading
+
+import pytest
+import torch
+
+import neuron_lab
+from neuron_lab import runtime
+from neuron_lab.runtime import knobs
+
+
+def _chain(x, w):
+    y = x * 1.5
+    y = torch.tanh(y)
+    y = y @ w
+    y = y - x
+    return y.sum(dim=1)
+
+
+def _run_threads(n_threads, iters, fn):
+    errors, results = [], {}
+    start = threading.Barrier(n_threads)
+
+    def body(i):
+        try:
+            start.wait()
+            results[i] = fn(i, iters)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append((i, e))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        ts = [threading.Thread(target=body, args=(i,)) for i in range(n_threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not any(t.is_alive() for t in ts), "a thread hung"
+    finally:
+        sys.setswitchinterval(old)
+    return errors, results
+
+
+def _inputs(i):
+    g = torch.Generator().manual_seed(100 + i)
+    return torch.randn(7, 5, generator=g), torch.randn(5, 5, generator=g)
+
+
+@pytest.mark.parametrize("sync_each", [True, False], ids=["item-each-iter", "deferred-loop"])
+def test_threads_get_their_own_results(compile_off, sync_each):
+    n_threads, iters = 4, 400
+    expect = {i: _chain(*_inputs(i)) for i in range(n_threads)}
+
+    def work(i, iters):
+        x, w = (t.to("neuron") for t in _inputs(i))
+        outs = []
+        for _ in range(iters):
+            y = _chain(x, w)
+            if sync_each:
+                y.sum().item()
+            outs.append(y)
+        return [o.cpu() for o in outs]
+
+    errors, results = _run_threads(n_threads, iters, work)
+    assert not errors, errors[:3]
+    for i in range(n_threads):
+        for got in results[i]:
+            torch.testing.assert_close(got, expect[i], rtol=0, atol=0)
+    assert all(r["status"] != "failed" for r in runtime.regions())
+
+
+def test_threads_with_fused_programs(fresh_engine):
+    """Same, with regions compiled (foreground) and launched fused while threads interleave."""
+    n_threads, iters = 3, 30
+    expect = {i: _chain(*_inputs(i)) for i in range(n_threads)}
+
+    def work(i, iters):
+        x, w = (t.to("neuron") for t in _inputs(i))
+        outs = []
+        for _ in range(iters):
+            y = _chain(x, w)
+            y.sum().item()
+            outs.append(y.cpu())
+        return outs
+
+    with knobs.TRIALS.scoped(0):
+        errors, results = _run_threads(n_threads, iters, work)
+    assert not errors, errors[:3]
+    for i in range(n_threads):
+        for got in results[i]:
+            torch.testing.assert_close(got, expect[i], rtol=1e-5, atol=1e-5)
+    assert runtime.stats()["launches_fused"] > 0
+
+
+def test_memory_accounting_exact_after_threads(compile_off):
+    """Threads allocate and free concurrently (the weakref callback that uncounts a storage runs
+    in whichever thread drops it): afterwards memory_allocated() is back where it started."""
+    from neuron_lab.device import memory
+    neuron_lab.sync()
+    base = memory.memory_allocated()
+
+    def work(i, iters):
+        x = torch.randn(32, 32).to("neuron")
+        for _ in range(iters):
+            y = (x * 2 + 1).relu()
+            del y
+        del x
+        neuron_lab.sync()
+
+    for mode in ("eager", "adaptive"):
+        with neuron_lab.mode(mode):
+            errors, _ = _run_threads(4, 300, work)
+            assert not errors, errors[:3]
+            neuron_lab.sync()
+        assert memory.memory_allocated() == base, mode
+
