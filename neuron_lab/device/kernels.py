@@ -168,6 +168,11 @@ def execute(f: OpFacts, args, kwargs):
         oom = sizing.host_oom(e, f.name, memory.capacity(), memory.memory_allocated())
         if oom is not None:
             raise oom from None
+        if type(e) is NotImplementedError and "not implemented for" in str(e):
+            raise NotImplementedError(
+                f"neuron: {f.name} is not implemented for {', '.join(sorted({str(d)[6:] for d in found}))} "
+                f"on device neuron:0 (the host executor's kernel lacks this dtype: {e}). "
+                f"Fix: cast the inputs to float32 (.float()) for this op, then back") from None
         raise
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
         memory.track(out.untyped_storage(), f.name)

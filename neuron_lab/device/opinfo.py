@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import sizing
+from . import host_gaps, sizing
 
 # Ops whose output *shape* depends on tensor values: the host must see the data (sync point).
 DATA_DEPENDENT = frozenset({
@@ -37,7 +37,7 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw")
+                 "written_kw", "target")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -64,6 +64,12 @@ class OpFacts:
         self.has_device_kw = any(a.name == "device" for a in args)
         self.n_returns = len(schema.returns)
         self.call = op._op                 # the C++ entry point, without OpOverload.__call__
+        # what runs on the host (eager, replay) and in a fused program's graph: the op, or the
+        # way the device computes a dtype its host kernel lacks (host_gaps)
+        gap = host_gaps.substitute(op)
+        if gap is not None:
+            self.call = gap
+        self.target = gap or op
         # one plain Tensor return that aliases nothing, and no device kwarg to honour
         self.fresh = (self.n_returns == 1 and self.ret_alias[0] is None and not self.has_device_kw
                       and str(schema.returns[0].type) == "Tensor")

@@ -115,7 +115,7 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
         fl = rec.facts.floats_are_data
         args = tuple(conv(a, i, (k, None), fl) for k, a in enumerate(rec.args))
         kwargs = {k: conv(v, i, (k, None), fl) for k, v in (rec.kwargs or {}).items()}
-        node = g.call_function(rec.facts.op, args, kwargs)
+        node = g.call_function(rec.facts.target, args, kwargs)
         if rec.structure == "t":
             outs = [node]
         else:

@@ -63,7 +63,7 @@ def per_op(records: list) -> float:
         args = [_resolve(a, vals) for a in rec.args]
         kwargs = {k: _resolve(v, vals) for k, v in rec.kwargs.items()} if rec.kwargs else {}
         try:
-            houts = flatten_outputs(rec.facts.op(*args, **kwargs))
+            houts = flatten_outputs(rec.facts.call(*args, **kwargs))
         except Exception as e:
             e.neuron_lab_failed = (i, rec)       # which deferred op: the engine explains it
             raise

@@ -102,3 +102,18 @@ def test_background_compile_shares_the_gil_in_short_slices():
     assert min(seen) == pytest.approx(knobs.COMPILE_SWITCH_US.get() / 1e6)
     assert sys.getswitchinterval() == default
     assert all(v == pytest.approx(ref, rel=1e-5) for v in vals)
+
+
+def test_a_host_gap_op_fuses_with_its_substitute():
+    """int histc (device/host_gaps.py) inside a region: the fused program's graph holds the
+    substitute (CPU's aten kernel refuses int), so the region compiles and runs fused."""
+    def cell(ids):
+        counts = torch.histc(ids * 1, bins=4, min=0, max=3)
+        return (counts * 2 + 1).sum()
+    ids = torch.tensor([0, 1, 1, 3, 2, 3, 3], device="neuron", dtype=torch.int32)
+    neuron_lab.sync()
+    with knobs.TRIALS.scoped(0):
+        vals = [cell(ids).item() for _ in range(6)]
+    assert vals == [2 * 7 + 4] * 6
+    s = runtime.stats()
+    assert s["compiles_failed"] == 0 and s["compiles_done"] >= 1 and s["launches_fused"] >= 1
