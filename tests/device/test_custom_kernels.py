@@ -221,15 +221,11 @@ def _reference():
     return init, _train(ref, "cpu")
 
 
-_NEURON_BACKEND = "neuron" in torch._dynamo.list_backends(exclude_tags=())
-
-
 @pytest.mark.parametrize("mode,backend", [
     pytest.param("eager", None, id="eager"),
     pytest.param("adaptive", None, id="adaptive"),
     pytest.param("eager", "aot_eager", id="compiled-aot_eager"),
-    pytest.param("adaptive", "neuron", id="compiled-neuron", marks=pytest.mark.skipif(
-        not _NEURON_BACKEND, reason="torch.compile backend 'neuron' is not registered yet")),
+    pytest.param("adaptive", "neuron", id="compiled-neuron"),
 ])
 def test_fused_rmsnorm_trains_like_torch_rmsnorm(mode, backend):
     """A small LM with ``FusedRMSNorm`` on neuron and with ``nn.RMSNorm`` on CPU, same init and

@@ -1,0 +1,13 @@
+"""torch.compile on ``neuron`` (issue 11): the ``"neuron"`` dynamo backend and its wiring.
+
+``install()`` (called by ``import neuron_lab``) costs nothing at import: the backend is
+registered with dynamo when ``torch._dynamo`` is first imported (or at once if it already is),
+and ``torch.compile``'s default inductor backend hands graphs whose inputs live on ``neuron`` to
+the same pipeline. See docs/compile.md.
+"""
+from __future__ import annotations
+
+from .backend import neuron_backend
+from .hooks import install
+
+__all__ = ["neuron_backend", "install"]

@@ -1,0 +1,61 @@
+"""The ``neuron`` dynamo backend: inductor's own pipeline, with host code generation.
+
+``compile_fx`` (inductor's entry point) runs unchanged on the ``neuron`` graph: pre-grad
+passes, AOTAutograd with inductor's decompositions and partitioner on fake ``neuron`` tensors
+(so autograd, input mutations and output aliasing are handled on the device's tensors, as for
+any backend), joint-graph passes. Only the last stage differs: ``inner_compile`` — the step
+that turns one post-grad ATen graph (forward, backward or inference) into a program — moves the
+graph to the host executor's device (``hostgraph``), lets inductor's ``compile_fx_inner`` generate
+and compile it there, and puts the call boundary of ``bridge`` around the program.
+
+Why not ``register_backend_for_device("neuron", CppScheduling, PythonWrapperCodegen)`` as
+PyTorch's OpenReg does: an OpenReg tensor's ``data_ptr()`` is real host memory, so C++ kernels
+can take it; a ``neuron`` shell's is 0 (its bytes sit in a host storage; ``device/shell.py``),
+inductor's Python wrapper refuses C++ kernels on any device but ``cpu`` ("device neuron nyi"),
+and its lowerings pick kernels by device type. The host graph is what such a registration would
+generate anyway — the same C++ — with the device's tensors bound at the call.
+
+AOTAutograd's own cache is off for ``neuron`` graphs (a hit would skip ``inner_compile``, and so
+the boundary); inductor's FX graph cache stays on, under the runtime's cache directory, so a
+restarted process reuses compiled programs (``runtime/__init__``: ``TORCHINDUCTOR_CACHE_DIR``).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from . import bridge, hostgraph, records
+
+
+def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    from torch._guards import detect_fake_mode
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    kind = "backward" if kwargs.get("is_backward") else (
+        "inference" if kwargs.get("is_inference") else "forward")
+    t0 = time.perf_counter()
+    on_device = hostgraph.neuron_outputs(gm)
+    if not any(on_device) and not hostgraph.touches_neuron(gm, example_inputs):
+        return compile_fx_inner(gm, example_inputs, **kwargs)   # a host graph: inductor's own
+    fake_mode = detect_fake_mode(example_inputs)
+    hostgraph.rewrite_devices(gm)
+    host_inputs = hostgraph.host_example_inputs(example_inputs, fake_mode)
+    hostgraph.refresh_meta(gm, host_inputs, fake_mode)
+    out = compile_fx_inner(gm, host_inputs, **kwargs)
+    gid = records.next_graph_id()
+    out.current_callable = bridge.bridged(out.current_callable, on_device,
+                                           f"compiled {kind} graph {gid}")
+    records.record_program(gid, kind, gm, time.perf_counter() - t0)
+    return out
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
+    """The dynamo backend registered as ``"neuron"`` (``options``: inductor config patches,
+    as ``torch.compile(options=...)`` passes them)."""
+    from torch._functorch import config as functorch_config
+    from torch._inductor.compile_fx import compile_fx
+
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=_inner_compile,
+                          config_patches=options or None)

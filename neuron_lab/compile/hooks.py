@@ -1,0 +1,111 @@
+"""Wiring the ``neuron`` backend into torch.compile, without importing dynamo at import time.
+
+1. ``"neuron"`` is registered with dynamo's backend registry the moment ``torch._dynamo`` is
+   imported (a one-shot import hook; immediately if it is already imported): ``import
+   neuron_lab`` stays as cheap as before, and ``torch.compile(m, backend="neuron")`` /
+   ``torch.compiler.set_default_backend("neuron")`` find the name; the device's own packages
+   are added to dynamo's skip list (see ``_SKIPPED``).
+2. ``torch.compile(m)`` with the default ``"inductor"`` backend: PyTorch's
+   ``_TorchCompileInductorWrapper`` calls inductor's ``compile_fx``, which has no code generation
+   for ``neuron`` (``KeyError: 'neuron'``). The patched ``__call__`` hands a graph with any
+   input on ``neuron`` to ``neuron_backend`` with the same config patches (``mode=``,
+   ``options=``); every other graph takes PyTorch's path unchanged.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+import torch
+
+_DYNAMO = "torch._dynamo"
+# The device's own Python (its PrivateUse1 kernels, the adaptive runtime, telemetry) is to
+# dynamo what CUDA's C++ kernels are: never traced. Without this, an op on neuron tensors run
+# between two graphs (a graph break, AOTAutograd's runtime wrappers) enters our kernel's Python
+# frame with dynamo's frame hook active, and dynamo tries to compile the device itself.
+# ``neuron_lab.library`` (user-level modules calling custom ops) stays traceable.
+_SKIPPED = ("neuron_lab.device", "neuron_lab.runtime", "neuron_lab.compile",
+            "neuron_lab.telemetry", "neuron_lab.jupyter")
+_state = {"registered": False, "patched": False}
+
+
+def _on_neuron(inputs) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in inputs)
+
+
+def _register_backend() -> None:
+    if _state["registered"]:
+        return
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    from torch._dynamo import trace_rules
+
+    from .backend import neuron_backend
+    if "neuron" not in _COMPILER_FNS:
+        register_backend(neuron_backend, name="neuron")
+    for pkg in _SKIPPED:
+        trace_rules.add(pkg)
+    _state["registered"] = True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``_register_backend`` right after ``torch._dynamo`` finishes importing."""
+
+    def __init__(self):
+        self.busy = False
+
+    def find_spec(self, name, path, target=None):
+        if name != _DYNAMO or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        orig_exec = loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            _remove_finder()
+            _register_backend()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_finder = _AfterImport()
+
+
+def _remove_finder() -> None:
+    try:
+        sys.meta_path.remove(_finder)
+    except ValueError:
+        pass
+
+
+def _patch_inductor_wrapper() -> None:
+    if _state["patched"]:
+        return
+    cls = torch._TorchCompileInductorWrapper
+    orig = cls.__call__
+
+    def __call__(self, model_, inputs_, *, config_patches=None):
+        if _on_neuron(inputs_):
+            from .backend import neuron_backend
+            return neuron_backend(model_, inputs_, **{**self.config, **(config_patches or {})})
+        return orig(self, model_, inputs_, config_patches=config_patches)
+
+    cls.__call__ = __call__
+    _state["patched"] = True
+
+
+def install() -> None:
+    _patch_inductor_wrapper()
+    if _DYNAMO in sys.modules and hasattr(sys.modules[_DYNAMO], "optimize"):
+        _register_backend()
+    elif _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
