@@ -10,8 +10,8 @@ and compile it there, and puts the call boundary of ``bridge`` around the progra
 
 Why not ``register_backend_for_device("neuron", CppScheduling, PythonWrapperCodegen)`` as
 PyTorch's OpenReg does: an OpenReg tensor's ``data_ptr()`` is real host memory, so C++ kernels
-can take it; a ``neuron`` shell's is 0 (its bytes sit in a host storage; ``device/shell.py``),
-inductor's Python wrapper refuses C++ kernels on any device but ``cpu`` ("device neuron nyi"),
+can take it; a ``neuron`` shell's is its host buffer's address too, but a value the adaptive
+runtime deferred has none yet (``device/shell.py``), inductor's Python wrapper refuses C++ kernels on any device but ``cpu`` ("device neuron nyi"),
 and its lowerings pick kernels by device type. The host graph is what such a registration would
 generate anyway — the same C++ — with the device's tensors bound at the call.
 
