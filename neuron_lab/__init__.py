@@ -75,6 +75,14 @@ def estimate(fn, *args, chip: str = "trn2", **kwargs) -> dict:
     return _estimate(fn, *args, chip=chip, **kwargs)
 
 
+def advise(chip: str = "trn2") -> list[dict]:
+    """Ranked bottlenecks from what was recorded: [{kind, where, message, fix, modelled_s,
+    count}] (host syncs in loops, hot fallbacks, regions that never fuse, recompiles, memory
+    near capacity, host-bound cells), costed on the modelled ``chip``."""
+    from .telemetry.advise import advise as _advise
+    return _advise(chip)
+
+
 def profile(*args, **kwargs):
     """Context manager: torch.profiler with launch/compile ranges; exports a Chrome trace."""
     from .telemetry import profile as _profile
@@ -99,5 +107,5 @@ def unload_ipython_extension(ipython) -> None:
 
 __all__ = ["kernel", "set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
            "clear_op_tracking", "metrics", "metrics_report", "set_fallback", "get_fallback",
-           "profile", "cost_model", "estimate", "dashboard", "load_ipython_extension",
+           "profile", "cost_model", "estimate", "advise", "dashboard", "load_ipython_extension",
            "unload_ipython_extension"]

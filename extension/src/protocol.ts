@@ -24,8 +24,8 @@ export interface ICellLocation {
 }
 
 export function parseCellLocation(loc: string): ICellLocation | null {
-  const m = /^Cell In\[(\d+)\], line (\d+)$/.exec(loc);
-  return m ? { n: Number(m[1]), line: Number(m[2]) } : null;
+  const m = /^Cell In\[(\d+)\](?:, line (\d+))?$/.exec(loc);
+  return m ? { n: Number(m[1]), line: m[2] ? Number(m[2]) : 1 } : null;
 }
 
 // ---- shared records ---------------------------------------------------------------------
@@ -44,6 +44,17 @@ export interface IFallbackRow {
   first_seen?: number;
   last_seen?: number;
   seq?: number;
+}
+
+/** One advisor finding; `where` is a location (`Cell In[N], line M`, `Cell In[N]` or `file.py:line`). */
+export interface IFinding {
+  kind: string;
+  where: string;
+  message: string;
+  fix: string;
+  /** modelled trn2 seconds it costs (a model) */
+  modelled_s: number;
+  count: number;
 }
 
 /** A finished cell's record. */
@@ -131,6 +142,8 @@ export interface ISnapshotMsg extends IEnvelope<'snapshot'> {
   counters: Counters;
   /** execution count N (as a string key) -> the cell id, for `Cell In[N]` locations */
   cell_ids?: Record<string, string>;
+  /** the advisor's top findings (neuron_lab.advise()), ranked */
+  advice?: IFinding[];
 }
 
 export interface IMemoryMsg extends IEnvelope<'memory'>, IMemorySample {}

@@ -14,6 +14,7 @@
 import {
   ICellRecord,
   IFallbackRow,
+  IFinding,
   IHelloMsg,
   IRegions,
   IRunning,
@@ -49,6 +50,8 @@ export interface IState {
   running: IRunning | null;
   /** execution count N -> cell id: where a `Cell In[N], line M` location points */
   cellIds: Record<string, string>;
+  /** the advisor's findings from the last snapshot, ranked */
+  advice: IFinding[];
   regions: IRegions | null;
   counters: Counters | null;
   /** the last `error` message from the kernel, or a failed `%load_ext` */
@@ -76,6 +79,7 @@ export function emptyState(status: Status = 'no-kernel'): IState {
     cells: [],
     running: null,
     cellIds: {},
+    advice: [],
     regions: null,
     counters: null,
     lastError: null,
@@ -125,6 +129,7 @@ export function applyMessage(prev: IState, msg: KernelMessage, limits: ILimits =
       s.running = msg.running ?? null;
       s.cellIds = withCellIds({ ...prev.cellIds, ...(msg.cell_ids ?? {}) }, msg.cells ?? []);
       s.regions = msg.regions ?? null;
+      s.advice = msg.advice ?? [];
       s.counters = msg.counters ?? null;
       return s;
     }

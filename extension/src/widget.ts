@@ -4,6 +4,7 @@
  * No kernel, comm or signal in here; `panel.ts` decides when to call it (coalesced to one
  * render per animation frame by Lumino's update requests) and supplies the actions.
  */
+import { renderAdvice } from './components/advice';
 import { renderFallbacks, RevealCell } from './components/fallbacks';
 import { renderMemory } from './components/memory';
 import { renderRegions } from './components/regions';
@@ -31,6 +32,7 @@ export function renderPanel(state: IState | null, label: string, actions: IViewA
     renderMemory(st.memory, st.timeline),
     renderRunning(st.running),
     renderFallbacks(st.fallbacks, actions.reveal ?? null, st.cellIds),
+    renderAdvice(st.advice ?? [], actions.reveal ?? null, st.cellIds),
     renderCells(st.cells),
     renderRegions(st.regions, st.hello?.mode)
   );

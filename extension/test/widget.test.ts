@@ -66,6 +66,25 @@ describe('renderPanel', () => {
     expect(q(renderPanel(applyMessage(emptyState(), snapshot({ fallbacks: [fallbackRow('aten::sum')] })), 'a', { ...actions(), reveal }), 'location')!.tagName).toBe('CODE');
   });
 
+  it('advice: ranked findings with a link to the cell, the fix and the modelled cost', () => {
+    const advice = [
+      { kind: 'host-sync-in-loop', where: 'Cell In[4], line 3', message: '.item() ran 10 times', fix: 'keep it on the device', modelled_s: 0.00015, count: 10 },
+      { kind: 'memory-near-capacity', where: 'Cell In[2]', message: 'peak 90%', fix: 'del x', modelled_s: 0, count: 1 }
+    ];
+    const s = applyMessage(emptyState('connecting'), snapshot({ advice, cell_ids: { '4': 'id4' } }));
+    const reveal = vi.fn();
+    const el = renderPanel(s, 'a.ipynb', { ...actions(), reveal });
+    const items = el.querySelectorAll('[data-nl="finding"]');
+    expect(items).toHaveLength(2);
+    expect((items[0] as HTMLElement).dataset.kind).toBe('host-sync-in-loop');
+    expect(items[0].textContent).toContain('150 µs');
+    expect(items[0].querySelector('[data-nl="fix"]')!.textContent).toBe('Fix: keep it on the device');
+    (items[1].querySelector('a[data-nl="location"]') as HTMLElement).click();
+    expect(reveal).toHaveBeenCalledWith({ n: 2, line: 1 }, null);
+    (items[0].querySelector('a[data-nl="location"]') as HTMLElement).click();
+    expect(reveal).toHaveBeenLastCalledWith({ n: 4, line: 3 }, 'id4');
+  });
+
   it('shows the running cell live', () => {
     let s = applyMessage(emptyState(), snapshot());
     s = applyMessage(s, { type: 'running', v: 1, cell_id: 'c1', elapsed_s: 1.5, ops: 300, ops_per_s: 200, launches: 30, fused_share: 0.75, compile_queue: 1 });

@@ -24,10 +24,12 @@ import threading
 
 from .. import __version__, runtime
 from ..device import executor, memory, tracking
-from ..telemetry import cells, metrics, store
+from ..telemetry import advise, cells, metrics, store
 from ..telemetry.sampler import Sampler
 from ..telemetry.watch import ChangeWatcher
 from . import protocol as P
+
+ADVICE_SHOWN = 5
 
 
 def _summary_regions() -> dict:
@@ -41,7 +43,17 @@ def snapshot_body() -> dict:
     m = metrics()
     return {"memory": m["memory"], "fallbacks": m["fallbacks"], "cells": m["cells"][-20:],
             "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"],
-            "cell_ids": {str(n): cid for n, cid in list(cells.cell_ids.items())[-200:]}}
+            "cell_ids": {str(n): cid for n, cid in list(cells.cell_ids.items())[-200:]},
+            "advice": _advice()}
+
+
+def _advice() -> list[dict]:
+    """The advisor's top findings for the panel (never fails a snapshot)."""
+    try:
+        return advise()[:ADVICE_SHOWN]
+    except Exception as e:
+        return [{"kind": "advisor-error", "where": "", "message": f"{type(e).__name__}: {e}",
+                 "fix": "", "modelled_s": 0.0, "count": 0}]
 
 
 class Endpoint:

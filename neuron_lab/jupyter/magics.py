@@ -1,5 +1,6 @@
 """IPython magics: ``%neuron``, ``%neuron_mode``, ``%neuron_profile``/``%%neuron_profile``,
-``%neuron_memory``, ``%neuron_fallbacks``, ``%neuron_regions``, ``%neuron_reset``.
+``%neuron_memory``, ``%neuron_fallbacks``, ``%neuron_regions``, ``%neuron_advise``,
+``%neuron_reset``.
 
 Each returns a rich object (``views.Table``/``views.Text``) so the notebook renders HTML and a
 terminal gets text; every option is a ``magic_arguments`` argument with help.
@@ -16,6 +17,7 @@ from .. import runtime
 from ..device import executor, memory, tracking
 from ..telemetry import profile as _profile
 from ..telemetry import store
+from ..telemetry.advise import advise
 from ..telemetry.report import _fmt_bytes
 from .views import Table, Text
 
@@ -170,6 +172,22 @@ class NeuronMagics(Magics):
     def neuron_regions(self, line: str = ""):
         """The adaptive runtime's region cache."""
         return region_table()
+
+    @magic_arguments()
+    @argument("--chip", default="trn2", help="the modelled chip the costs are priced on")
+    @argument("--top", type=int, default=10, help="how many findings to list")
+    @line_magic
+    def neuron_advise(self, line: str = ""):
+        """Bottlenecks found in what was recorded, ranked by their modelled cost on the chip."""
+        args = parse_argstring(self.neuron_advise, line)
+        found = advise(args.chip)
+        rows = [{"kind": f["kind"], "where": f["where"],
+                 f"{args.chip} cost": f"{f['modelled_s'] * 1e3:.3f} ms", "message": f["message"],
+                 "fix": f["fix"]} for f in found[: args.top]]
+        return Table(f"neuron advice (ranked by modelled {args.chip} cost; a model)", rows,
+                     ["kind", "where", f"{args.chip} cost", "message", "fix"],
+                     note="" if rows else "nothing to advise: no hot sync, fallback, unfused "
+                                          "region, recompile, memory pressure or host-bound cell")
 
     @magic_arguments()
     @argument("--cache", action="store_true", help="also forget cached regions")

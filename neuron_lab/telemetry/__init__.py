@@ -6,6 +6,7 @@ idle), ``metrics()`` / ``metrics_report()`` (snapshot and text), ``profile()`` (
 and the exporters in ``export``), ``cost_model()`` / ``estimate()`` (the modelled Trainium,
 ``costing`` prices recorded launches), ``enable_all()``/``disable_all()`` (everything on/off).
 """
+from .advise import advise
 from .cells import cells
 from .cost_model import cost_model
 from .estimate import estimate
@@ -17,6 +18,6 @@ from .store import store
 from .switch import disable_all, enable_all, enabled
 from .watch import ChangeWatcher
 
-__all__ = ["metrics", "metrics_report", "profile", "cost_model", "estimate", "export_table", "read_table",
+__all__ = ["metrics", "metrics_report", "profile", "cost_model", "estimate", "advise", "export_table", "read_table",
            "export_chrome_trace", "store", "cells", "Sampler",
            "ChangeWatcher", "enable_all", "disable_all", "enabled"]

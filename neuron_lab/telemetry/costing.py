@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from .. import runtime
+from ..device import tracking
 from .cost_model import Cost, CostModel, _dtype_name, nbytes, op_flops
 
 
@@ -142,6 +143,21 @@ def annotate(launches: list[dict], model: CostModel) -> None:
             continue
         c = region_cost(region).fused
         ev.update(modelled_s=model.launch_s(c), bytes=c.bytes, flops=c.flops)
+
+
+def region_rows(model: CostModel) -> list[dict]:
+    """Every cached region with its modelled costs: the ``regions`` export table."""
+    rows = []
+    for r in runtime.engine.cache.regions():
+        rc = region_cost(r)
+        s = r.summary()
+        s["first_ops"] = r.names
+        s["location"] = tracking.format_location(getattr(r.node, "where", None))[0]
+        s.update(per_op_modelled_s=sum(model.launch_s(c) for c in rc.per_op),
+                 fused_modelled_s=model.launch_s(rc.fused), fused_bytes=rc.fused.bytes,
+                 per_op_bytes=sum(c.bytes for c in rc.per_op), flops=rc.fused.flops)
+        rows.append(s)
+    return rows
 
 
 def clear() -> None:

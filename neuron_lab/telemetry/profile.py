@@ -7,8 +7,10 @@ shared timeline, which the views draw at their own pace). On exit, under ``out_d
 
 - ``trace.json``: the Chrome trace (Perfetto, chrome://tracing) with a ``neuron memory``
   counter track and a ``neuron fallback`` marker per fallback (``export.export_chrome_trace``);
-- ``launches``, ``cells``, ``memory``, ``fallbacks``, ``runtime``: tables as Parquet when
-  ``pyarrow`` is installed, else CSV (``export.export_table``; ``export.read_table`` reads back).
+- ``launches``, ``cells``, ``memory``, ``fallbacks``, ``syncs``, ``boundaries``, ``regions``,
+  ``advice``, ``runtime``: tables as Parquet when ``pyarrow`` is installed, else CSV
+  (``export.export_table``; ``export.read_table`` reads back). Their columns are documented in
+  docs/telemetry.md ("Export schema").
 
 The block ends with ``runtime.sync("profile-end")`` so its queued work is inside the profile.
 Every op of the block is priced on the modelled trn2 (``estimate.OpCosts``; ``Profile.modelled``:
@@ -25,7 +27,8 @@ import torch
 
 from ..device import tracking
 from .cost_model import cost_model
-from .costing import annotate
+from .advise import advise
+from .costing import annotate, region_rows
 from .estimate import OpCosts, price
 from .export import export_chrome_trace, export_table
 from .report import metrics
@@ -43,6 +46,7 @@ class Profile:
         self.prof: torch.profiler.profile | None = None
         self.trace_path = self.launches_path = self.cells_path = None
         self.memory_path = self.fallbacks_path = self.runtime_path = None
+        self.syncs_path = self.boundaries_path = self.regions_path = self.advice_path = None
         self.launches: list[dict] = []
         self.memory: list[dict] = []
         self.fallback_events: list[dict] = []
@@ -71,6 +75,12 @@ def _write(result: Profile, trace: bool, tables: bool) -> None:
         result.cells_path = export_table(cells, os.path.join(out, "cells"))
         result.memory_path = export_table(result.memory, os.path.join(out, "memory"))
         result.fallbacks_path = export_table(tracking.fallback_ops(), os.path.join(out, "fallbacks"))
+        sites = store.sites()
+        result.syncs_path = export_table(sites["syncs"], os.path.join(out, "syncs"))
+        result.boundaries_path = export_table(sites["boundaries"], os.path.join(out, "boundaries"))
+        result.regions_path = export_table(region_rows(cost_model(result.chip)),
+                                           os.path.join(out, "regions"))
+        result.advice_path = export_table(advise(result.chip), os.path.join(out, "advice"))
         m = metrics()
         result.runtime_path = export_table(
             [{"name": k, "value": float(v)} for k, v in m["runtime"].items()

@@ -105,5 +105,15 @@ def test_cell_records_and_profile_show_host_and_modelled(tmp_path):
         with neuron_lab.profile(str(tmp_path), trace=False, tables=True) as prof:
             _loop(x, 3)
     assert prof.modelled["ops"] == 3 * 7 and prof.modelled["modelled_s"] > 0
-    rows = neuron_lab.telemetry.read_table(prof.launches_path)
+    read = neuron_lab.telemetry.read_table
+    rows = read(prof.launches_path)
     assert rows and all(r["modelled_s"] > 0 and r["bytes"] > 0 for r in rows)
+    here = f"test_cost_model.py:{_loop.__code__.co_firstlineno + 3}"       # the .item() line
+    syncs = read(prof.syncs_path)
+    assert any(r["reason"] == "item" and r["location"].endswith(here) for r in syncs)
+    regions = read(prof.regions_path)
+    reg = next(r for r in regions if r["location"].endswith(here))
+    assert reg["fused_modelled_s"] < reg["per_op_modelled_s"] and reg["ops"] == 6
+    advice = read(prof.advice_path)
+    assert {"kind", "where", "message", "fix", "modelled_s", "count"} <= set(advice[0])
+    assert any(a["kind"] == "region-never-fuses" and a["where"].endswith(here) for a in advice)
