@@ -186,7 +186,7 @@ def _admit(f: OpFacts, args, kwargs) -> None:
         n = f.sizer(args, kwargs)
     except (TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return          # arguments the prediction does not understand: checked after the op
-    if n and memory._state["allocated"] + n > memory.capacity():
+    if n and memory.memory_allocated() + n > memory.capacity():
         memory.check(n, f.name)
 
 
@@ -255,7 +255,7 @@ def _account(f: OpFacts, outs) -> None:
     for h in outs:
         if isinstance(h, Tensor):
             st = h.untyped_storage()
-            if id(st) not in memory._live:
+            if not memory.is_counted(st):
                 new[id(st)] = st
     if new:
         memory.check(sum(s.nbytes() for s in new.values()), f.name)

@@ -2,9 +2,10 @@
 
 What is counted: the bytes of every host storage that backs a live ``neuron`` tensor, once per
 storage (views share their base's storage and are not counted again). Lifetime is exact: each
-storage gets a weak reference whose callback subtracts its bytes the moment the storage dies
+storage gets a weak reference whose callback queues its uncount the moment the storage dies
 (PyTorch keeps one Python object per live storage, so the weakref fires when the C++ storage is
-freed, not when a Python handle goes away).
+freed, not when a Python handle goes away); every read of the counts first applies the queued
+uncounts (``_drain``). The callback is a C function, so an interrupt cannot lose an uncount.
 
 Reserved memory models a caching allocator: it is the high-water mark of allocated bytes rounded
 up to 2 MiB segments, released by ``empty_cache()`` back down to what is allocated.
@@ -37,6 +38,12 @@ SEGMENT = 2 << 20
 # the adaptive OpInfo sweep in ``settle``).
 _lock = threading.RLock()
 _live: dict[int, tuple[weakref.ref, int]] = {}   # id(storage) -> (weakref, nbytes)
+# Weak references whose storage died and is not uncounted yet. The weakref callback is
+# ``_dead.append`` itself, a C function: no Python code runs when a storage dies, so a
+# KeyboardInterrupt (or any exception) cannot land in the middle of an uncount and lose it, as
+# it did in a Python callback (issue 15: an interrupt there left 9216 B counted after every
+# tensor was freed). ``_drain`` does the uncounting before anything reads or writes the counts.
+_dead: list = []
 _state = {"allocated": 0, "peak": 0, "reserved": 0, "reserved_peak": 0,
           "n_alloc": 0, "n_free": 0, "bytes_alloc": 0, "bytes_freed": 0, "ooms": 0,
           "peak_count": 0}
@@ -64,24 +71,48 @@ def _round(n: int) -> int:
     return -(-n // SEGMENT) * SEGMENT
 
 
-def _freed(key: int) -> None:
+class _Ref(weakref.ref):
+    """A storage's weak reference, carrying the key it is counted under."""
+    __slots__ = ("key",)
+
+
+def _drain() -> None:
+    """Uncount the storages that died. Interrupt-safe: a reference leaves ``_dead`` only after
+    its uncount is complete (the steps between ``_live.get`` and ``_dead.pop`` are dict and
+    integer operations, at which the interpreter does not run signal handlers), and an entry is
+    uncounted only if it is still this reference's (``entry[0] is r``), so a retried drain never
+    uncounts twice and never touches a newer storage that reuses the id."""
     with _lock:
-        entry = _live.pop(key, None)
-        if entry is not None:
-            n = entry[1]
-            _state["allocated"] -= n
-            _state["n_free"] += 1
-            _state["bytes_freed"] += n
+        while _dead:
+            r = _dead[-1]
+            entry = _live.get(r.key)
+            if entry is not None and entry[0] is r:
+                del _live[r.key]
+                n = entry[1]
+                _state["allocated"] -= n
+                _state["n_free"] += 1
+                _state["bytes_freed"] += n
+            _dead.pop()
+
+
+def is_counted(storage) -> bool:
+    if _dead:
+        _drain()
+    return id(storage) in _live
 
 
 def untracked_bytes(storages) -> int:
     """Bytes of the storages in ``storages`` that are not yet counted (new allocations)."""
+    if _dead:
+        _drain()
     return sum(s.nbytes() for s in storages if id(s) not in _live)
 
 
 def check(requested: int, op: str) -> None:
     """Raise OutOfMemoryError if ``requested`` more bytes would exceed the capacity."""
     cap = capacity()
+    if _dead:
+        _drain()
     if requested and _state["allocated"] + requested > cap:
         _state["ooms"] += 1
         alloc = _state["allocated"]
@@ -95,9 +126,10 @@ def check(requested: int, op: str) -> None:
 
 
 def _watch(storage) -> weakref.ref:
-    """A weak reference whose callback uncounts ``storage`` the moment it dies."""
-    key = id(storage)
-    return weakref.ref(storage, lambda _r, key=key: _freed(key))
+    """A weak reference that queues ``storage``'s uncount the moment it dies (see ``_dead``)."""
+    r = _Ref(storage, _dead.append)
+    r.key = id(storage)
+    return r
 
 
 def _count(storage, n: int) -> None:
@@ -106,6 +138,8 @@ def _count(storage, n: int) -> None:
     # read-modify-write the interpreter can switch threads in.
     ref = _watch(storage)
     with _lock:
+        if _dead:
+            _drain()
         _live[id(storage)] = (ref, n)
         s = _state
         s["allocated"] += n
@@ -117,6 +151,8 @@ def _count(storage, n: int) -> None:
 def track(storage, op: str | None = None) -> None:
     """Count ``storage`` as device memory until it dies (no-op if already counted). With ``op``,
     first check the capacity (OutOfMemoryError naming ``op``)."""
+    if _dead:
+        _drain()
     if id(storage) in _live:
         return
     n = storage.nbytes()
@@ -128,12 +164,16 @@ def track(storage, op: str | None = None) -> None:
 def reserve(storage, nbytes: int) -> None:
     """Count pending shell storage ``storage`` as ``nbytes`` until it dies or is settled (the
     caller checked the capacity first, for all of an op's outputs at once)."""
+    if _dead:
+        _drain()
     if nbytes and id(storage) not in _live:
         _count(storage, nbytes)
 
 
 def settle(pending_storage, host_storage) -> None:
     """A pending storage received its value in ``host_storage``: its count moves there."""
+    if _dead:
+        _drain()
     entry = _live.pop(id(pending_storage), None)
     if entry is None:
         track(host_storage)
@@ -155,6 +195,8 @@ def settle(pending_storage, host_storage) -> None:
 
 def move(old_storage, new_storage) -> None:
     """A pending shell got a new storage object (a deferred ``t_``/``squeeze_``): keep its count."""
+    if _dead:
+        _drain()
     entry = _live.pop(id(old_storage), None)
     if entry is not None:
         _live[id(new_storage)] = (_watch(new_storage), entry[1])
@@ -173,12 +215,16 @@ def _raise_peaks(s: dict) -> None:
 
 def counted_bytes(storage) -> int | None:
     """The bytes ``storage`` is counted with, or None if it is not counted."""
+    if _dead:
+        _drain()
     entry = _live.get(id(storage))
     return entry[1] if entry is not None else None
 
 
 def retrack(storage) -> None:
     """A counted storage changed size in place (``resize_``): update its bytes."""
+    if _dead:
+        _drain()
     key = id(storage)
     entry = _live.get(key)
     if entry is None:
@@ -195,6 +241,8 @@ def retrack(storage) -> None:
 
 
 def memory_allocated(device=None) -> int:
+    if _dead:
+        _drain()
     return _state["allocated"]
 
 
@@ -211,6 +259,7 @@ def max_memory_reserved(device=None) -> int:
 
 
 def reset_peak_memory_stats(device=None) -> None:
+    _drain()
     with _lock:
         _state["peak"] = _state["allocated"]
         _state["reserved_peak"] = _state["reserved"]
@@ -224,21 +273,25 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
+    _drain()
     with _lock:
         _state["reserved"] = _round(_state["allocated"])
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
+    _drain()
     cap = capacity()
     return cap - _state["reserved"], cap
 
 
 def live_storages() -> int:
+    _drain()
     return len(_live)
 
 
 def memory_stats(device=None) -> dict[str, Any]:
     """Same key names as ``torch.cuda.memory_stats`` where they apply (pool: ``all`` only)."""
+    _drain()
     s = _state
     out: dict[str, Any] = {}
     for name, cur, peak, alloc, freed in (
@@ -268,6 +321,7 @@ def _fmt(n: float) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A readable table in the spirit of ``torch.cuda.memory_summary``."""
+    _drain()
     s = _state
     cap = capacity()
     rows = [("Allocated memory", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),

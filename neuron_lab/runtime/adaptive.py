@@ -33,6 +33,7 @@ import torch
 
 from ..device import events, kernels, memory, shell, tracking
 from . import knobs, policy, replay
+from .interrupts import deferred_interrupts
 from .cache import Node, RegionCache
 from .record import NotQueueable, QueuedOp, describe, flatten_outputs, rekey, rebuild, structure_of
 
@@ -80,6 +81,9 @@ class Engine:
             return self._adaptive(f, args, kwargs)
 
     def _adaptive(self, f, args, kwargs):
+        node = self.node
+        if node is not None and node.depth != len(self.records):
+            self._diverge()     # an interrupt hit _defer between queueing and moving on
         if f.random or f.data_dependent or not policy.queueable(f) or \
                 (f.base == "index" and kernels.bool_indexing(f, args)):
             if self.records:
@@ -223,17 +227,18 @@ class Engine:
 
     def _launch(self, region) -> None:
         recs = self.records
-        self._end_segment(None)
-        self.cache.hit(region)
-        self._debug("hit", region.id)
-        needed = replay.live_outputs(recs)
-        t_host = time.perf_counter()
-        with _range(region, "fused" if region.program is not None else "per-op"):
-            try:
-                dt = policy.run(region, recs, needed, self.stats)
-            except Exception as e:
-                self._explain(e, len(recs), f"region {region.id}")
-                raise
+        with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
+            self._end_segment(None)
+            self.cache.hit(region)
+            self._debug("hit", region.id)
+            needed = replay.live_outputs(recs)
+            t_host = time.perf_counter()
+            with _range(region, "fused" if region.program is not None else "per-op"):
+                try:
+                    dt = policy.run(region, recs, needed, self.stats)
+                except Exception as e:
+                    self._explain(e, len(recs), f"region {region.id}")
+                    raise
         events.emit(events.LAUNCH, region=region.id, ops=region.ops,
                     kind="fused" if dt[1] else "per-op", seconds=time.perf_counter() - t_host)
         policy.maybe_compile(region, recs, needed, self.stats)
@@ -241,20 +246,21 @@ class Engine:
     def _diverge(self) -> None:
         """The deferred ops left every known path: run them per-op, continue capturing."""
         recs, node = self.records, self.node
-        if node.depth >= knobs.MIN_SPLIT.get():
-            self.cache.insert(recs)
-            self._debug("split", node.depth)
-        try:
-            replay.per_op(recs)
-        except Exception as e:
-            self._explain(e, len(recs), "a deferred segment")
-            self._reset()
-            raise
-        self.stats["launches_per_op"] += 1
-        self.stats["ops_per_op"] += len(recs)
-        for r in recs:
-            r.outs = [None] * len(r.outs)
-        self.node = None
+        with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
+            if node.depth >= knobs.MIN_SPLIT.get() and node.depth == len(recs):
+                self.cache.insert(recs)
+                self._debug("split", node.depth)
+            try:
+                replay.per_op(recs)
+            except Exception as e:
+                self._explain(e, len(recs), "a deferred segment")
+                self._reset()
+                raise
+            self.stats["launches_per_op"] += 1
+            self.stats["ops_per_op"] += len(recs)
+            for r in recs:
+                r.outs = [None] * len(r.outs)
+            self.node = None
 
     # --- boundaries -----------------------------------------------------------------------
     def flush(self, reason: str = "synchronize") -> None:
