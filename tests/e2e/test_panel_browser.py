@@ -14,7 +14,8 @@ One notebook, one scenario, in the order a user meets it:
 6. a page reload restores the panel and reconnects to the running kernel.
 
 A second test runs a notebook with Run All (`%load_ext` first, a sleeping cell next): the panel
-is live during the sleep.
+is live during the sleep; the fallback row reads `Cell In[2], line 2` and clicking it scrolls the
+notebook back to that cell; screenshots light and dark (test-artifacts/run-all-*.png).
 
 The kernel side is the real one (neuron_lab.jupyter.comm); nothing is faked.
 """
@@ -228,3 +229,9 @@ def test_run_all_is_live_from_the_first_cell(page, lab):
     expect(cells.nth(1)).to_be_in_viewport(timeout=10_000)
     expect(cells.nth(1)).to_have_class(re.compile(r"\bjp-mod-active\b"))
     page.locator(PANEL).screenshot(path=str(lab.artifacts / "panel-run-all-fallback-light.png"))
+    page.screenshot(path=str(lab.artifacts / "run-all-light.png"))
+    _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+    expect(page.locator('body[data-jp-theme-light="false"]')).to_be_attached(timeout=30_000)
+    page.wait_for_timeout(1000)  # theme CSS applies after the attribute flips
+    page.locator(PANEL).screenshot(path=str(lab.artifacts / "panel-run-all-fallback-dark.png"))
+    page.screenshot(path=str(lab.artifacts / "run-all-dark.png"))
