@@ -22,6 +22,7 @@ restarted process reuses compiled programs (``runtime/__init__``: ``TORCHINDUCTO
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -52,10 +53,32 @@ def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend registered as ``"neuron"`` (``options``: inductor config patches,
-    as ``torch.compile(options=...)`` passes them)."""
+    as ``torch.compile(options=...)`` passes them).
+
+    A graph that fails to compile runs eagerly instead — dynamo's graph module called as is,
+    each op through the device (and the adaptive runtime) — and the failure is recorded with
+    the graph's user line (``neuron_lab.metrics()["compile"]["recent_failures"]``) and warned
+    once per line: a slower step, never a wrong or missing result. Dynamo's own control-flow
+    exceptions (restart analysis, skip frame) pass through."""
+    from torch._dynamo import exc as dynamo_exc
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
-    with functorch_config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=_inner_compile,
-                          config_patches=options or None)
+    try:
+        with functorch_config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs, inner_compile=_inner_compile,
+                              config_patches=options or None)
+    except (dynamo_exc.RestartAnalysis, dynamo_exc.SkipFrame):
+        raise
+    except Exception as e:  # noqa: BLE001 - any compile error: this graph runs eagerly
+        rec = records.record_failure(gm, e, "eager")
+        if rec.location not in _warned:
+            _warned.add(rec.location)
+            warnings.warn(f"neuron: torch.compile could not compile the graph at {rec.location} "
+                          f"({rec.error}); it runs eagerly on neuron (results unchanged). "
+                          f"See neuron_lab.metrics()['compile']['recent_failures'].",
+                          stacklevel=2)
+        return gm.forward
+
+
+_warned: set = set()

@@ -4,7 +4,8 @@
    imported (a one-shot import hook; immediately if it is already imported): ``import
    neuron_lab`` stays as cheap as before, and ``torch.compile(m, backend="neuron")`` /
    ``torch.compiler.set_default_backend("neuron")`` find the name; the device's own packages
-   are added to dynamo's skip list (see ``_SKIPPED``).
+   are added to dynamo's skip list (see ``_SKIPPED``), and graph breaks are recorded with the
+   user's line (``records``).
 2. ``torch.compile(m)`` with the default ``"inductor"`` backend: PyTorch's
    ``_TorchCompileInductorWrapper`` calls inductor's ``compile_fx``, which has no code generation
    for ``neuron`` (``KeyError: 'neuron'``). The patched ``__call__`` hands a graph with any
@@ -46,7 +47,31 @@ def _register_backend() -> None:
         register_backend(neuron_backend, name="neuron")
     for pkg in _SKIPPED:
         trace_rules.add(pkg)
+    _watch_graph_breaks()
     _state["registered"] = True
+
+
+def _watch_graph_breaks() -> None:
+    """Record each graph break (user line + reason) as dynamo logs it: dynamo keeps only a
+    per-reason counter, and its located message goes to a logger that is off by default."""
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+    from . import records
+    orig = InstructionTranslatorBase.log_graph_break
+
+    def log_graph_break(self, code_options, reason, exc):
+        if not getattr(exc, "logged", False):
+            try:
+                stack = getattr(exc, "real_stack", None) or torch._guards.TracingContext.extract_stack()
+                frame = stack[-1] if stack else None
+                records.record_graph_break(frame.filename if frame else code_options.get("co_filename"),
+                                           frame.lineno if frame else code_options.get("co_firstlineno"),
+                                           reason)
+            except Exception:   # noqa: BLE001 - the record is best effort; dynamo's log is not
+                pass
+        return orig(self, code_options, reason, exc)
+
+    InstructionTranslatorBase.log_graph_break = log_graph_break
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import runtime
+from ..compile import records as compile_records
 from ..device import executor, memory, tracking
 from .store import store
 
@@ -27,7 +28,8 @@ def metrics() -> dict:
             "regions": runtime.regions(), "memory": memory_now(),
             "fallbacks": tracking.fallback_ops(), "cells": cells,
             "compiles": compiles, "launch_records": launches,
-            "fallback_events": fallback_events, "sites": store.sites()}
+            "fallback_events": fallback_events, "sites": store.sites(),
+            "torch_compile": compile_records.snapshot()}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -64,6 +66,16 @@ def metrics_report() -> str:
     syncs = m["sites"]["syncs"][:5]
     lines.append("Sync points by line:" + ("".join(
         f"\n  {r['reason']} x{r['count']} at {r['location']}" for r in syncs) if syncs else " none"))
+    tc = m["torch_compile"]
+    lines.append(f"Metric: TorchCompile\n  Frames: {tc['frames']}\n  Recompiles: {tc['recompiles']}\n"
+                 f"  Programs: {tc['programs']}\n  GraphBreaks: {tc['graph_breaks']}\n"
+                 f"  Failures: {tc['failures']}\n  Seconds: {tc['dynamo_compile_seconds']:.2f}"
+                 + "".join(f"\n  recompile of {r['function']} at {r['location']}: {r['failed_guard']}"
+                           for r in tc["recent_recompiles"][-3:])
+                 + "".join(f"\n  graph break x{b['count']} at {b['location']}: {b['reason']}"
+                           for b in tc["graph_break_sites"][:3])
+                 + "".join(f"\n  compile failure at {f['location']}: {f['error']} (ran {f['fallback']})"
+                           for f in tc["recent_failures"][-3:]))
     top = sorted(m["executed_ops"].items(), key=lambda kv: -kv[1])[:10]
     lines.append("Top ops:" + "".join(f"\n  {k}: {v}" for k, v in top))
     return "\n".join(lines)
