@@ -13,7 +13,8 @@ Event kinds and their payload keys (all values JSON-safe):
 ``launch``         region (int, -1 for a lone per-op launch batch), ops (int),
                    kind ("per-op" | "fused"), seconds (host seconds spent launching)
 ``compile``        region (int), seconds (float), outcome ("queued" | "running" | "ok" |
-                   "failed" | "slower"), error (str | None)
+                   "failed" | "slower" | "dropped": evicted while queued, or at exit),
+                   error (str | None)
 ``sync``           reason ("item" | "cpu" | "tolist" | "repr" | "bool" | "numpy" |
                    "data-dependent" | "synchronize" | "queue-limit" | "memory" | "cell-end"),
                    where (the user's line as a ``tracking.user_frame_token``: (file, line) or

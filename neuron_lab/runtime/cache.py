@@ -109,6 +109,7 @@ class RegionCache:
             _, old = self.lru.popitem(last=False)
             old.node.region = None
             old.program = None
+            old.status = "evicted"          # a queued compile of it is dropped (worker._loop)
             self.stats["evictions"] += 1
         return region
 

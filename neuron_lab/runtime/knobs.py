@@ -30,6 +30,12 @@ CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")
 COMPILE_SWITCH_US = Knob("NEURON_LAB_COMPILE_SWITCH_US", 50.0, float,
                          doc="the interpreter's GIL switch interval while a background compile "
                              "runs (0: leave it at Python's 5 ms)")
+COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,
+                     doc="regions waiting for a background compile at most; a region found "
+                         "while the queue is full is queued at a later launch")
+EXIT_WAIT_S = Knob("NEURON_LAB_EXIT_WAIT_S", 2.0, float,
+                   doc="seconds a compile running at interpreter exit may take to finish before "
+                       "it is cancelled (queued compiles are dropped at exit)")
 SYNC_COMPILE = Knob("NEURON_LAB_SYNC_COMPILE", False, boolean,
                     doc="compile in the foreground (tests); default: background worker")
 CACHE_DIR = Knob("NEURON_LAB_CACHE_DIR",

@@ -112,7 +112,8 @@ def _decide(region, stats) -> None:
 
 def maybe_compile(region, records, needed, stats) -> None:
     if (region.status != "recorded" or not knobs.COMPILE.get()
-            or region.ops < knobs.MIN_REGION_OPS.get() or region.hits < knobs.COMPILE_AFTER.get()):
+            or region.ops < knobs.MIN_REGION_OPS.get() or region.hits < knobs.COMPILE_AFTER.get()
+            or not (knobs.SYNC_COMPILE.get() or worker.has_room())):
         return
     try:
         gm, plan, examples = compiler.build(records, needed)
