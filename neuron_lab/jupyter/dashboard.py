@@ -21,8 +21,8 @@ from ..telemetry.report import _fmt_bytes
 from .magics import fallback_table, region_table
 from .views import Table
 
-CELL_COLUMNS = ["index", "cell_id", "wall_s", "device_s", "ops", "launches", "fused_share",
-                "fallbacks", "peak_bytes"]
+CELL_COLUMNS = ["execution_count", "cell_id", "wall_s", "device_s", "modelled_s", "ops",
+                "launches", "fused_share", "fallbacks", "peak_bytes"]
 
 
 def sparkline(timeline: list, width: int = 320, height: int = 48) -> str:
@@ -107,7 +107,9 @@ class Dashboard:
         recent = m["cells"][-12:]
         xs = [str(c.get("index", i)) for i, c in enumerate(recent)]
         ax2.bar(xs, [c["wall_s"] for c in recent], color="tab:gray", label="wall")
-        ax2.bar(xs, [c["device_s"] for c in recent], color="tab:orange", label="device")
+        ax2.bar(xs, [c["device_s"] for c in recent], color="tab:orange", label="host in launches")
+        ax2.bar(xs, [c.get("modelled_s") or 0.0 for c in recent], color="tab:green", width=0.4,
+                label="modelled trn2")
         ax2.set_title("per-cell time (s)", fontsize=9)
         if recent:
             ax2.legend(fontsize=7)
