@@ -21,6 +21,8 @@ Kinds and the rule that finds each (thresholds are the module constants):
 - ``memory-near-capacity``: a peak above ``MEMORY_NEAR`` of the modelled HBM, or an OOM.
 - ``host-bound``: a cell whose host time outside launches exceeds ``HOST_BOUND_RATIO`` × its
   modelled device time (and ``HOST_BOUND_MIN_S``): the chip would sit idle between launches.
+  Without cell records (a script), the same test runs over the recorded launches' time span,
+  located at the line where most regions ended.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from .. import runtime
 from ..device import memory, tracking
 from ..runtime import knobs
 from .cost_model import cost_model
-from .costing import region_cost
+from .costing import modelled_launches, region_cost
 from .store import store
 
 SYNC_LOOP_MIN = 3
@@ -205,16 +207,42 @@ def _host_bound() -> list[Finding]:
             f"the host spent {host * 1e3:.0f} ms outside device launches while the modelled "
             f"trn2 time of the cell's launches is {mod * 1e3:.2f} ms: the chip would sit idle "
             f"{host / (host + mod):.0%} of the time, waiting for Python between launches.",
-            "Give the device more work per launch: batch small ops into tensor ops, remove "
-            "per-step Python work and syncs from the loop, run in adaptive mode, or "
-            "torch.compile the step.",
-            max(host - mod, 0.0), 1))
+            _HOST_BOUND_FIX, max(host - mod, 0.0), 1))
     return out
+
+
+def _host_bound_stretch(model) -> list[Finding]:
+    """Scripts: the span of the recorded launches, host time outside them vs modelled time."""
+    with store.lock:
+        launches = list(store.launches)
+    if len(launches) < REGION_HOT_MIN:
+        return []
+    span = launches[-1]["t"] - launches[0]["t"]
+    host = span - sum(ev.get("seconds", 0.0) for ev in launches[1:])
+    mod = modelled_launches(launches[1:], model)
+    if not mod.covered_ops or host < HOST_BOUND_MIN_S or host < HOST_BOUND_RATIO * mod.modelled_s:
+        return []
+    hot = store.sites()["boundaries"]
+    where = hot[0]["location"] if hot else "<process>"
+    return [Finding(
+        "host-bound", where,
+        f"over {len(launches)} launches the host spent {host * 1e3:.0f} ms outside them while "
+        f"their modelled trn2 time is {mod.modelled_s * 1e3:.2f} ms: the chip would sit idle "
+        f"{host / (host + mod.modelled_s):.0%} of the time, waiting for Python between launches.",
+        _HOST_BOUND_FIX, max(host - mod.modelled_s, 0.0), len(launches))]
+
+
+_HOST_BOUND_FIX = ("Give the device more work per launch: batch small ops into tensor ops, "
+                   "remove per-step Python work and syncs from the loop, run in adaptive mode, "
+                   "or torch.compile the step.")
 
 
 def advise(chip: str = "trn2") -> list[dict]:
     """Ranked findings from everything recorded so far (see the module docstring)."""
     model = cost_model(chip)
-    found = _memory() + _syncs(model) + _fallbacks(model) + _regions(model) + _host_bound()
+    with store.lock:
+        have_cells = bool(store.cells)
+    bound = _host_bound() if have_cells else _host_bound_stretch(model)
+    found = _memory() + _syncs(model) + _fallbacks(model) + _regions(model) + bound
     found.sort(key=lambda f: (f.kind != "memory-near-capacity", -f.modelled_s))
     return [f._asdict() for f in found]

@@ -103,3 +103,18 @@ def test_ranking_and_the_magic(ip):
     table = ip.run_line_magic("neuron_advise", "--top 2")
     text = repr(table)
     assert "host-sync-in-loop" in text and "trn2 cost" in text and len(table.rows) == 2
+
+
+def test_host_bound_script_without_cells(ip):
+    """A script has no cell records: the recorded launches' span is judged instead, at the line
+    where the regions ended."""
+    import sys
+    import time
+    a = torch.randn(64, 64, device="neuron")
+    line = sys._getframe().f_lineno + 3
+    for _ in range(20):
+        time.sleep(0.005)                                   # host work between launches
+        (a * 2 + 1).relu().sum().item()
+    (f,) = by_kind("host-bound")
+    assert f["where"].endswith(f"test_advise.py:{line}") and f["count"] >= 19
+    assert "idle" in f["message"] and f["modelled_s"] >= 0.05
