@@ -59,7 +59,8 @@ class Engine:
         self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
-                           "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0})
+                           "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
+                           "verify_mismatches": 0})
         self._reset()
 
     def _reset(self) -> None:

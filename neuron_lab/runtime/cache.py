@@ -66,6 +66,7 @@ class Region:
         self.fused_s: list[float] = []
         self.compile_s: float | None = None
         self.fused_launches = 0
+        self.verified = 0               # fused launches checked against per-op (NEURON_LAB_VERIFY)
         self.trial = 0
         self.per_op_launches = 0
 

@@ -36,6 +36,11 @@ COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,
 EXIT_WAIT_S = Knob("NEURON_LAB_EXIT_WAIT_S", 2.0, float,
                    doc="seconds a compile running at interpreter exit may take to finish before "
                        "it is cancelled (queued compiles are dropped at exit)")
+VERIFY = Knob("NEURON_LAB_VERIFY", False, boolean,
+              doc="check each fused program's first launches against per-op replay "
+                  "(a mismatch makes the region per-op, warns and is counted)")
+VERIFY_LAUNCHES = Knob("NEURON_LAB_VERIFY_LAUNCHES", 3, int, minimum=1,
+                       doc="how many fused launches of each region NEURON_LAB_VERIFY checks")
 SYNC_COMPILE = Knob("NEURON_LAB_SYNC_COMPILE", False, boolean,
                     doc="compile in the foreground (tests); default: background worker")
 CACHE_DIR = Knob("NEURON_LAB_CACHE_DIR",

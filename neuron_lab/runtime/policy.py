@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from . import compiler, knobs, replay, worker
+from . import compiler, knobs, replay, verify, worker
 
 # Ops that never enter a region: they touch the host or other devices.
 _UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "set_",
@@ -70,6 +70,12 @@ def run(region, records, needed, stats) -> tuple[float, bool]:
 def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tuple[float, bool]:
     n = len(records)
     if region.program is not None and region.status in ("trial", "fused"):
+        if knobs.VERIFY.get() and region.verified < knobs.VERIFY_LAUNCHES.get():
+            dt = _verified(region, records, needed, stats)
+            if dt is not None:
+                return dt, False
+            if region.program is None:                   # the program raised
+                return _per_op(region, records, stats)
         try:
             dt = replay.fused(region, records, needed)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
@@ -86,6 +92,16 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             _decide(region, stats)
             return dt, True
     return _per_op(region, records, stats)
+
+
+def _verified(region, records, needed, stats) -> float | None:
+    """A checked launch (NEURON_LAB_VERIFY): the user gets per-op values; counted as per-op."""
+    dt = verify.launch(region, records, needed, stats)
+    if dt is not None:
+        region.per_op_launches += 1
+        stats["launches_per_op"] += 1
+        stats["ops_per_op"] += len(records)
+    return dt
 
 
 def _per_op(region, records, stats) -> tuple[float, bool]:
