@@ -7,6 +7,7 @@ terminal gets text; every option is a ``magic_arguments`` argument with help.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 
@@ -47,6 +48,21 @@ def region_table() -> Table:
     return Table("neuron region cache", rows, note=(
         f"{s['regions']} regions, hit rate {s['hit_rate']:.1%}, fused share {s['fused_share']:.1%},"
         f" compiles pending {s['compiles_pending']}, failed {s['compiles_failed']}"))
+
+
+@contextlib.contextmanager
+def _as_outer_cell(shell):
+    """Compile a nested ``run_cell`` under the number of the cell it is part of, so locations
+    in a ``%%neuron_profile`` body read ``Cell In[N], line M`` with the N the user sees (IPython
+    would otherwise name it after the next count)."""
+    outer = getattr(getattr(shell.displayhook, "exec_result", None), "execution_count", None)
+    saved = shell.execution_count
+    if outer is not None:
+        shell.execution_count = outer
+    try:
+        yield
+    finally:
+        shell.execution_count = saved
 
 
 _TOKEN = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
@@ -126,8 +142,11 @@ class NeuronMagics(Magics):
         memory.reset_peak_memory_stats()
         t0 = time.perf_counter()
         with _profile(args.export or "neuron_profile", trace=bool(args.export),
-                      tables=bool(args.export)) as prof:
-            self.shell.run_cell(code, store_history=False)
+                      tables=bool(args.export)) as prof, _as_outer_cell(self.shell):
+            # a cell body keeps its line numbers: the %%neuron_profile line is line 1 (a comment
+            # stands in for it; IPython drops leading blank lines)
+            self.shell.run_cell(code if cell is None else "# %%neuron_profile\n" + code,
+                                store_history=False)
         wall = time.perf_counter() - t0
         after = tracking.executed_ops()
         rs1 = runtime.stats()

@@ -87,3 +87,13 @@ def test_script_code_keeps_file_and_line():
     row = next(f for f in neuron_lab.fallback_ops() if f["op"] == "aten::prod"
                and (f["op"], f["reason"]) not in before)
     assert row["locations"][0].endswith(f"test_cell_locations.py:{line}")
+
+
+def test_profiled_cell_body_keeps_its_cell_and_lines(ip):
+    n, r = run(ip, "%%neuron_profile\n"
+                   "w = torch.ones(4, device='neuron')\n"
+                   "q = torch.ones(2, device='neuron', dtype=torch.float64).cumsum(0)\n")
+    r.raise_error()
+    row = next(f for f in neuron_lab.fallback_ops() if f["op"] == "aten::cumsum")
+    assert row["locations"] == [f"Cell In[{n}], line 3"]
+    assert ip.execution_count == n + 1                 # the shell's own count is untouched

@@ -46,7 +46,8 @@ def test_profile_cell_and_regions(ip, tmp_path):
     regions, fallbacks = out.sections
     assert regions.rows and max(r["hits"] for r in regions.rows) >= 2   # the loop's region repeats
     mean = next(r for r in fallbacks.rows if r["op"] == "aten::mean")
-    assert re.fullmatch(r"Cell In\[\d+\], line 4", mean["where"][0]) and "dtype=torch.float64).mean()" in mean["code"]
+    # line 5 of the cell: its first line is the %%neuron_profile line
+    assert re.fullmatch(r"Cell In\[\d+\], line 5", mean["where"][0]) and "dtype=torch.float64).mean()" in mean["code"]
     assert "fallbacks in this profile" in out._repr_html_()
     assert "neuron region cache" in repr(ip.run_line_magic("neuron_regions", ""))
 
