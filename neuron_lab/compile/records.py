@@ -119,9 +119,12 @@ def record_failure(gm, exc: BaseException, fallback: str) -> CompileFailure:
 
 def _dynamo_frames() -> dict:
     """Frames compiled, recompiles with their failed guard, and compile time, from dynamo."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
+    if "torch._dynamo.utils" not in sys.modules:
         return {"frames": 0, "recompiles": 0, "recent_recompiles": [], "dynamo_compile_seconds": 0.0}
+    # An import statement, not the sys.modules entry: a background region compile may be
+    # importing dynamo right now, and its half-initialized module lacks get_compilation_metrics
+    # (metrics() raised AttributeError); the import waits for the other thread's to finish.
+    import torch._dynamo.utils as utils
     metrics = [m for m in utils.get_compilation_metrics() if (m.start_time or 0.0) >= _since[0]]
     recompiles = [m for m in metrics if m.recompile_reason]
     return {

@@ -29,6 +29,8 @@ Event kinds and their payload keys (all values JSON-safe):
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from typing import Any, Callable
 
 Listener = Callable[[str, dict[str, Any]], None]
@@ -43,12 +45,26 @@ OOM = "oom"
 
 _listeners: tuple[Listener, ...] = ()
 _lock = threading.Lock()
+# Rare events nobody heard (no listener yet: telemetry is imported by the first metrics() call)
+# are kept, stamped, for the next subscriber that asks for them: metrics()'s compile, fallback
+# and OOM lists then include what happened before it was first called. Emitters send these
+# kinds whether or not anyone listens (they happen at most once per compile/fallback/OOM).
+KEPT = frozenset({COMPILE, FALLBACK, OOM})
+_backlog: deque = deque(maxlen=1024)
 
 
-def subscribe(fn: Listener) -> Callable[[], None]:
-    """Call ``fn(kind, payload)`` for every event; returns the function that unsubscribes."""
+def subscribe(fn: Listener, replay: bool = False) -> Callable[[], None]:
+    """Call ``fn(kind, payload)`` for every event; returns the function that unsubscribes.
+    ``replay``: first call it with the kept events nobody heard (and forget them)."""
     global _listeners
     with _lock:
+        if replay:
+            while _backlog:
+                kind, payload = _backlog.popleft()
+                try:
+                    fn(kind, payload)
+                except Exception:  # an observer must never break the program it observes
+                    pass
         _listeners = _listeners + (fn,)
 
     def unsubscribe() -> None:
@@ -65,6 +81,11 @@ def active() -> bool:
 
 
 def emit(event: str, /, **payload: Any) -> None:
+    if not _listeners:
+        if event in KEPT:
+            payload["t"] = time.time()
+            _backlog.append((event, payload))
+        return
     for fn in _listeners:
         try:
             fn(event, payload)

@@ -116,8 +116,7 @@ def check(requested: int, op: str) -> None:
     if requested and _state["allocated"] + requested > cap:
         _state["ooms"] += 1
         alloc = _state["allocated"]
-        if events.active():
-            events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)
+        events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)  # kept if unheard
         raise torch.OutOfMemoryError(
             f"neuron: out of memory on device neuron:0 in {op}: tried to allocate {_fmt(requested)} "
             f"({requested} bytes) with {_fmt(alloc)} ({alloc} bytes) allocated of {_fmt(cap)} "

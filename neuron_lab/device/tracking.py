@@ -126,8 +126,7 @@ def record_fallback(op: str, reason: str) -> str:
         rec["locations"][loc] = rec["locations"].get(loc, 0) + 1
         rec["source"].setdefault(loc, src)
         rec["last_seq"], rec["last_seen"] = _seq, time.time()
-    if events.active():
-        events.emit(events.FALLBACK, op=op, reason=reason, location=loc)
+    events.emit(events.FALLBACK, op=op, reason=reason, location=loc)   # kept if unheard
     return loc
 
 

@@ -14,11 +14,17 @@ Float arguments that are data (``record.FLOAT`` in the key: pointwise/foreach/op
 are not baked into the graph: they arrive packed in one float64 host tensor, the program's first
 input, and each is read inside the graph with ``select`` + ``item()`` (an unbacked SymFloat,
 which is how Dynamo passes unspecialized floats to inductor). The same program then serves every
-optimizer step. A decomposition that would branch on such a value fails to compile instead of
-silently specializing it (unbacked, not guarded), and the region stays per-op.
+optimizer step. Some ops cannot take a float as data: ``lerp``'s decomposition branches on its
+weight (``weight >= 0.5``, a guard on an unbacked value), ``nan_to_num``'s schema wants a plain
+float. When compiling with unbacked floats fails, the region is compiled again with its floats
+*specialized*: baked into the graph as the constants of the launch that compiled it, and
+guarded at every launch (``launch_inputs``: a launch whose floats differ runs per-op). Regions
+whose floats never change (``nan_to_num(x, 0.0)``, ``lerp(x, y, 0.3)``, an EMA decay) then fuse;
+ones whose floats change every step stay per-op, as before, with correct results either way.
 """
 from __future__ import annotations
 
+import copy
 import operator
 import os
 import threading
@@ -52,6 +58,16 @@ def _get(rec, path):
     where, sub = path
     a = rec.args[where] if type(where) is int else rec.kwargs[where]
     return a if sub is None else a[sub]
+
+
+def launch_inputs(program, plan: Plan, records: list) -> list | None:
+    """``gather_inputs``, and for a program compiled with specialized floats, None unless this
+    launch's floats are the ones it was compiled with (the guard; see the module header)."""
+    inputs = gather_inputs(plan, records)
+    fixed = getattr(program, "fixed", None)
+    if fixed is not None and inputs is not None and inputs[0].tolist() != fixed:
+        return None
+    return inputs
 
 
 def gather_inputs(plan: Plan, records: list) -> list | None:
@@ -184,8 +200,41 @@ def _fx_patches_stay_in_their_thread() -> None:
     st._Patcher.patch_method = patch_method
 
 
+class Specialized:
+    """A program compiled with the region's floats as constants ``fixed`` (a list, in plan
+    order); ``launch_inputs`` checks them before each launch."""
+    __slots__ = ("program", "fixed")
+
+    def __init__(self, program, fixed: list) -> None:
+        self.program, self.fixed = program, fixed
+
+    def __call__(self, *inputs):
+        return self.program(*inputs)
+
+
+def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
+    """``gm`` with each packed float read (``select`` + ``item()``) replaced by its value."""
+    item = torch.ops.aten._local_scalar_dense.default
+    g = gm.graph
+    for n in list(g.nodes):
+        if n.target is item:
+            sel = n.args[0]
+            val = float(values[sel.args[2]])
+            for user in list(n.users):
+                user.args = fx.node.map_arg(user.args, lambda a: val if a is n else a)
+                user.kwargs = fx.node.map_arg(user.kwargs, lambda a: val if a is n else a)
+            g.erase_node(n)
+            if not sel.users:
+                g.erase_node(sel)
+    g.lint()
+    gm.recompile()
+    return gm
+
+
 def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
+    If the region's floats cannot be data, the program is compiled with them specialized
+    (``Specialized``; see the module header).
 
     Regions whose tensors are all small are compiled single-threaded: OpenMP fork/join costs
     more than the work (measured, 65 ops on 1 K floats, 2 cores: 390-730 us with 2 threads vs
@@ -193,11 +242,19 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     """
     _persist_cache()
     _fx_patches_stay_in_their_thread()
+    item = torch.ops.aten._local_scalar_dense.default
+    if not any(n.target is item for n in gm.graph.nodes):
+        return _inductor(gm, examples, largest)
+    try:                                                   # packed floats (see module header)
+        return _inductor(copy.deepcopy(gm), _fake(examples), largest)
+    except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard at launch
+        values = examples[0].tolist()
+        return Specialized(_inductor(_specialize(gm, values), examples, largest), values)
+
+
+def _inductor(gm: fx.GraphModule, examples: list, largest: int):
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
-    item = torch.ops.aten._local_scalar_dense.default
-    if any(n.target is item for n in gm.graph.nodes):     # packed floats (see module header)
-        examples = _fake(examples)
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
         with iconf.patch({"cpp.threads": 1}):
             return compile_fx(gm, examples)

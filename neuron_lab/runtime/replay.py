@@ -88,7 +88,7 @@ def fused(region, records: list, needed: set) -> float | None:
     plan = region.plan
     if not needed.issubset(plan.outputs_set):
         return None
-    inputs = compiler.gather_inputs(plan, records)
+    inputs = compiler.launch_inputs(region.program, plan, records)
     if inputs is None:
         return None
     t0 = time.perf_counter()

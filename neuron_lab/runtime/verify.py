@@ -30,7 +30,7 @@ def launch(region, records: list, needed: set, stats: dict) -> float | None:
     plan = region.plan
     if not needed.issubset(plan.outputs_set):
         return None
-    inputs = compiler.gather_inputs(plan, records)
+    inputs = compiler.launch_inputs(region.program, plan, records)
     if inputs is None:
         return None
     copies = [t.clone() for t in inputs]          # the program may write into its inputs

@@ -42,7 +42,7 @@ class Store:
     # --- bus ------------------------------------------------------------------------------
     def start(self) -> None:
         if self._unsubscribe is None:
-            self._unsubscribe = events.subscribe(self._on_event)
+            self._unsubscribe = events.subscribe(self._on_event, replay=True)
 
     def stop(self) -> None:
         if self._unsubscribe is not None:
@@ -74,7 +74,7 @@ class Store:
                     b[0] += 1
                     b[1] += p.get("ops", 0)
         elif kind in self._kept:
-            p["t"] = _now()
+            p.setdefault("t", _now())        # replayed events carry the time they happened
             with self.lock:
                 getattr(self, self._kept[kind]).append(p)
                 if kind == events.FALLBACK:
