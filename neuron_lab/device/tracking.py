@@ -63,10 +63,12 @@ def _waiting_caller():
     return None
 
 
-def user_frame_token(skip: int = 2):
+def user_frame_token(skip: int = 2, waiting: bool = True):
     """(filename, line) of the first user frame, cheaply (~1.5 us), for formatting later with
-    ``format_location``; None if there is none. Holds no frame (no locals kept alive)."""
-    f = _first_user_frame(sys._getframe(skip)) or _waiting_caller()
+    ``format_location``; None if there is none. Holds no frame (no locals kept alive).
+    ``waiting=False`` skips the search of other threads for a ``backward()`` caller (it reads
+    every thread's stack): sync points and flushes, which run on the caller's thread."""
+    f = _first_user_frame(sys._getframe(skip)) or (_waiting_caller() if waiting else None)
     return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 
@@ -139,7 +141,7 @@ def warn_once(op: str, loc: str, message: str) -> None:
 def record_sync(reason: str) -> None:
     _syncs[reason] += 1
     if events.active():
-        events.emit(events.SYNC, reason=reason, where=user_frame_token(2))
+        events.emit(events.SYNC, reason=reason, where=user_frame_token(2, waiting=False))
 
 
 def record_transfer(direction: str, nbytes: int) -> None:

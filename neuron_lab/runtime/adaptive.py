@@ -286,7 +286,7 @@ class Engine:
             self._end_segment(reason, cache=True)
         if events.active():
             events.emit(events.FLUSH, reason=reason, ops=depth, depth=depth,
-                        where=tracking.user_frame_token(2))
+                        where=tracking.user_frame_token(2, waiting=False))
 
     def _end_segment(self, reason, cache: bool = False) -> None:
         recs = self.records
