@@ -173,6 +173,12 @@ def execute(f: OpFacts, args, kwargs):
                 f"neuron: {f.name} is not implemented for {', '.join(sorted({str(d)[6:] for d in found}))} "
                 f"on device neuron:0 (the host executor's kernel lacks this dtype: {e}). "
                 f"Fix: cast the inputs to float32 (.float()) for this op, then back") from None
+        if type(e) is NotImplementedError and str(e).startswith("Could not run"):
+            raise NotImplementedError(
+                f"neuron: {f.name} has no kernel on device neuron:0: PyTorch calls it for "
+                f"accelerators only (CUDA has it), and the host executor (CPU) lacks it. Fix: run "
+                f"this module on the CPU (module.cpu(), inputs .cpu()), or use a layer that does "
+                f"not need it") from None
         raise
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
         memory.track(out.untyped_storage(), f.name)
@@ -308,3 +314,19 @@ def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride
     shell.restride(self, h)
     tracking.executed["aten::set_"] += 1
     return self
+
+
+def _cpu_second(op):
+    """Packed-sequence ops whose second output (batch sizes / lengths) lives on the CPU on every
+    device, as PyTorch's ``PackedSequence`` requires ("batch_sizes should always be on CPU")."""
+    f = facts(op)
+
+    def kernel(*args, **kwargs):
+        first, second = execute(f, args, kwargs)
+        return first, second.cpu()
+    kernel.__name__ = f"neuron_{f.base}"
+    return kernel
+
+
+pack_padded_sequence = _cpu_second(torch.ops.aten._pack_padded_sequence.default)
+pad_packed_sequence = _cpu_second(torch.ops.aten._pad_packed_sequence.default)

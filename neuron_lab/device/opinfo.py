@@ -25,6 +25,13 @@ DATA_DEPENDENT = frozenset({
 TRANSFER = frozenset({"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "to", "set_"})
 # Indexing accepts CPU index tensors on accelerators (as CUDA does).
 MIXED_OK = TRANSFER | frozenset({"index", "index_put_", "index_put", "_index_put_impl_"})
+# Packed sequences keep their lengths/batch sizes on the CPU on every device (PyTorch requires
+# it), so these overloads take one CPU tensor among device tensors, as on CUDA.
+MIXED_OK_OVERLOADS = frozenset({
+    "aten::_pack_padded_sequence", "aten::_pack_padded_sequence_backward",
+    "aten::_pad_packed_sequence", "aten::lstm.data", "aten::gru.data", "aten::rnn_tanh.data",
+    "aten::rnn_relu.data",
+})
 RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "_fused_dropout",
                     "_standard_gamma", "_sample_dirichlet", "poisson", "binomial",
                     "_fused_rms_norm"}) - {"_fused_rms_norm"}
@@ -60,7 +67,7 @@ class OpFacts:
         self.random = (any(str(a.type).startswith("Generator") for a in args)
                        or self.base in RANDOM or torch.Tag.nondeterministic_seeded in self.tags)
         self.data_dependent = self.base in DATA_DEPENDENT
-        self.mixed_ok = self.base in MIXED_OK
+        self.mixed_ok = self.base in MIXED_OK or self.name in MIXED_OK_OVERLOADS
         self.has_device_kw = any(a.name == "device" for a in args)
         self.n_returns = len(schema.returns)
         self.call = op._op                 # the C++ entry point, without OpOverload.__call__

@@ -98,7 +98,9 @@ NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.copy_from_and_resize,
-           "_pin_memory": hooks.pin_device_tensor, "is_pinned": hooks.is_pinned_device_tensor}
+           "_pin_memory": hooks.pin_device_tensor, "is_pinned": hooks.is_pinned_device_tensor,
+           "_pack_padded_sequence": kernels.pack_padded_sequence,
+           "_pad_packed_sequence": kernels.pad_packed_sequence}
 
 
 def _register_kernels() -> int:
@@ -264,6 +266,24 @@ def _patch_tensor() -> None:
         return orig_reduce(self, proto)
 
     T._reduce_ex_internal = _reduce_ex_internal
+
+    # The host view cached on a neuron tensor's Python object (``_d``) is derived from its
+    # storage, never state: pickled, it came back as a *second* tensor (mapped onto neuron by
+    # ``map_location``) that kernels then read instead of the storage; deep-copied, it kept the
+    # original's bytes. Both drop it; it is re-derived from the storage on next use.
+    def __getstate__(self):
+        state = self.__dict__
+        return {k: v for k, v in state.items() if k != "_d"} if "_d" in state else state
+
+    orig_deepcopy = T.__deepcopy__
+
+    def __deepcopy__(self, memo):
+        new = orig_deepcopy(self, memo)
+        if "_d" in new.__dict__ and new.device.type == "neuron":
+            del new._d
+        return new
+
+    T.__getstate__, T.__deepcopy__ = __getstate__, __deepcopy__
 
     data = torch._C.TensorBase.data
 

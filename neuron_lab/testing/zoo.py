@@ -150,7 +150,9 @@ class Verdict:
 
 
 @contextlib.contextmanager
-def _mode(mode: str, compile: bool):
+def device_mode(mode: str, compile: bool):
+    """Run the neuron side in ``mode``; ``compile`` lets the adaptive runtime fuse (foreground
+    compiles, compiled regions always run fused), else every op runs CPU's kernel."""
     import neuron_lab
     from neuron_lab.runtime import knobs
     with contextlib.ExitStack() as st:
@@ -242,7 +244,7 @@ def run(name: str, mode: str, compile: bool = False) -> Verdict:
     cpu = cpu_trace(name)
     label = mode + ("+fused" if compile else "")
     try:
-        with _mode(mode, compile):
+        with device_mode(mode, compile):
             dev = train(ARCHS[name], "neuron")
             neuron_lab.sync()
     except Exception as e:                              # the reason goes in the table

@@ -1,9 +1,10 @@
 """``torch.autocast('neuron', dtype=torch.bfloat16)`` equals ``torch.autocast('cpu', ...)``.
 
-Both policies run matmuls and convolutions in bfloat16 and let elementwise ops follow their
-inputs, so an MLP step under autocast must agree with CPU autocast bitwise: outputs, loss, and
-the float32 gradients that flow back through the casts. Disabling autocast inside the region runs
-float32 again.
+Both policies run matmuls and convolutions in bfloat16, so an MLP step under autocast must agree
+with CPU autocast bitwise: outputs, loss, and the float32 gradients that flow back through the
+casts. Disabling autocast inside the region runs float32 again. Beyond matmuls neuron follows
+CUDA's op lists (``ATen/autocast_mode.h``, what a C++ PrivateUse1 backend registers): softmax,
+norms and losses run in float32 (CPU's lists keep softmax/log_softmax/layer_norm in bfloat16).
 """
 import torch
 from torch import nn
@@ -46,3 +47,23 @@ def test_autocast_state_is_per_device():
     assert not torch.is_autocast_enabled("neuron")
     assert (torch.ones(2, 2, device="neuron") @ torch.ones(2, 2, device="neuron")).dtype == \
         torch.float32
+
+
+def test_float32_ops_follow_cuda_autocast_lists(any_mode):
+    """A loss, softmax or norm computed under autocast was bfloat16 on neuron (the device only
+    had the lower-precision list): a model's loss and its GradScaler step differed from CUDA's."""
+    x = torch.randn(4, 6).bfloat16().to("neuron")
+    w = torch.randn(6).to("neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        assert x.softmax(-1).dtype == torch.float32                       # fp32_set_opt_dtype
+        assert torch.log_softmax(x, -1).dtype == torch.float32
+        assert x.sum().dtype == torch.float32
+        assert nn.functional.layer_norm(x, (6,)).dtype == torch.float32   # fp32
+        assert nn.functional.mse_loss(x, x.float()).dtype == torch.float32
+        assert x.exp().dtype == torch.float32
+        assert torch.addcmul(x, x, w).dtype == torch.float32              # promote
+        assert x.relu().dtype == torch.bfloat16                           # not listed: follows input
+        assert x.to(torch.int64).sum().dtype == torch.int64               # not floating: unchanged
+        assert x.softmax(-1, dtype=torch.bfloat16).dtype == torch.bfloat16   # explicit dtype kept
+        ref = torch.log_softmax(x.cpu().float(), -1)
+        assert torch.equal(torch.log_softmax(x, -1).cpu(), ref)

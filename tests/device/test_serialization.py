@@ -84,3 +84,29 @@ def test_file_on_disk_and_weights_only(tmp_path, any_mode):
     torch.save(sd, path)
     got = torch.load(path, map_location="neuron", weights_only=True)
     assert all(torch.equal(got[k].cpu(), v.cpu()) for k, v in sd.items())
+
+
+def test_a_loaded_neuron_tensor_takes_in_place_ops(any_mode):
+    """The host view cached on a neuron tensor's Python object was pickled with it and came back
+    as a second tensor, mapped onto neuron, that kernels read: a resumed optimizer's first
+    ``_foreach_lerp_`` raised 'found at least two devices, neuron:0 and cpu'."""
+    got = _roundtrip({"a": torch.zeros(2, 3, device="neuron")}, map_location="neuron")["a"]
+    got.lerp_(torch.ones(2, 3, device="neuron"), 0.25)
+    torch._foreach_mul_([got], 2.0)
+    assert got.cpu().tolist() == [[0.5] * 3] * 2
+    m = _model().to("neuron")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    m(torch.randn(5, 4, device="neuron")).sum().backward()
+    opt.step()
+    opt2 = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    opt2.load_state_dict(_roundtrip(opt.state_dict(), map_location="neuron"))
+    opt2.step()                                    # resumed training: the first step runs
+
+
+def test_deepcopy_of_a_neuron_tensor_is_independent(any_mode):
+    import copy
+    x = torch.arange(3.0, device="neuron")
+    y = copy.deepcopy(x)
+    y.add_(1)
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0] and y.cpu().tolist() == [1.0, 2.0, 3.0]
+    assert y.data_ptr() != x.data_ptr()
