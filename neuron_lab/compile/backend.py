@@ -22,10 +22,12 @@ restarted process reuses compiled programs (``runtime/__init__``: ``TORCHINDUCTO
 from __future__ import annotations
 
 import time
+import traceback
 import warnings
 
 import torch
 
+from ..device import config
 from . import bridge, hostgraph, records
 
 
@@ -58,7 +60,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     A graph that fails to compile runs eagerly instead — dynamo's graph module called as is,
     each op through the device (and the adaptive runtime) — and the failure is recorded with
     the graph's user line (``neuron_lab.metrics()["compile"]["recent_failures"]``) and warned
-    once per line: a slower step, never a wrong or missing result. Dynamo's own control-flow
+    once per line (``NEURON_LAB_DEBUG=1`` prints the traceback): a slower step, never a wrong or missing result. Dynamo's own control-flow
     exceptions (restart analysis, skip frame) pass through."""
     from torch._dynamo import exc as dynamo_exc
     from torch._functorch import config as functorch_config
@@ -72,6 +74,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
         raise
     except Exception as e:  # noqa: BLE001 - any compile error: this graph runs eagerly
         rec = records.record_failure(gm, e, "eager")
+        if config.DEBUG.get():
+            traceback.print_exc()
         if rec.location not in _warned:
             _warned.add(rec.location)
             warnings.warn(f"neuron: torch.compile could not compile the graph at {rec.location} "

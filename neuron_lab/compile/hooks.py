@@ -26,8 +26,19 @@ _DYNAMO = "torch._dynamo"
 # between two graphs (a graph break, AOTAutograd's runtime wrappers) enters our kernel's Python
 # frame with dynamo's frame hook active, and dynamo tries to compile the device itself.
 # ``neuron_lab.library`` (user-level modules calling custom ops) stays traceable.
-_SKIPPED = ("neuron_lab.device", "neuron_lab.runtime", "neuron_lab.compile",
-            "neuron_lab.telemetry", "neuron_lab.jupyter")
+# ``neuron_lab.compile.traceable`` holds replacements of torch functions dynamo traces through.
+_SKIPPED = ("neuron_lab.device", "neuron_lab.runtime", "neuron_lab.telemetry",
+            "neuron_lab.jupyter")
+_TRACEABLE = "neuron_lab.compile.traceable"
+
+
+def _skipped_modules() -> list[str]:
+    import pkgutil
+
+    from .. import compile as pkg
+    own = [f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)]
+    # module by module: adding the package would add its directory, traceable.py included
+    return [*_SKIPPED, *(m for m in own if m != _TRACEABLE)]
 _state = {"registered": False, "patched": False}
 
 
@@ -45,10 +56,19 @@ def _register_backend() -> None:
     from .backend import neuron_backend
     if "neuron" not in _COMPILER_FNS:
         register_backend(neuron_backend, name="neuron")
-    for pkg in _SKIPPED:
-        trace_rules.add(pkg)
+    for mod in _skipped_modules():
+        trace_rules.add(mod)
     _watch_graph_breaks()
     _state["registered"] = True
+
+
+def _describe(reason: str, exc) -> str:
+    """Dynamo's break type and context (``Data-dependent branching: ...``) when it has them;
+    the first line of ``reason`` is often only "Encountered graph break when ..."."""
+    gb_type, context = getattr(exc, "gb_type", None), getattr(exc, "context", None)
+    if gb_type:
+        return f"{gb_type}: {context}" if context else str(gb_type)
+    return reason
 
 
 def _watch_graph_breaks() -> None:
@@ -66,7 +86,7 @@ def _watch_graph_breaks() -> None:
                 frame = stack[-1] if stack else None
                 records.record_graph_break(frame.filename if frame else code_options.get("co_filename"),
                                            frame.lineno if frame else code_options.get("co_firstlineno"),
-                                           reason)
+                                           _describe(reason, exc))
             except Exception:   # noqa: BLE001 - the record is best effort; dynamo's log is not
                 pass
         return orig(self, code_options, reason, exc)
@@ -128,8 +148,19 @@ def _patch_inductor_wrapper() -> None:
     _state["patched"] = True
 
 
+def _patch_flex_attention() -> None:
+    from torch.nn.attention import flex_attention as fa
+
+    from ..device.executor import host_device
+    from . import traceable
+    traceable.HOST_TYPE[0] = host_device().type
+    fa._validate_device = traceable.validate_device
+    fa._apply_kernel_options = traceable.apply_kernel_options
+
+
 def install() -> None:
     _patch_inductor_wrapper()
+    _patch_flex_attention()
     if _DYNAMO in sys.modules and hasattr(sys.modules[_DYNAMO], "optimize"):
         _register_backend()
     elif _finder not in sys.meta_path:

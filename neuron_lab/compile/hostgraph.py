@@ -40,16 +40,35 @@ def neuron_outputs(gm: torch.fx.GraphModule) -> list[bool]:
     return out
 
 
+def _graphs(gm: torch.fx.GraphModule):
+    """``gm`` and the subgraphs its higher-order ops call (FlexAttention's score_mod, cond's
+    branches...), which are GraphModule attributes of ``gm``."""
+    return [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]
+
+
+def _val_on_neuron(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.device.type == _NEURON
+    if isinstance(v, (list, tuple)):
+        return any(_val_on_neuron(x) for x in v)
+    return False
+
+
 def touches_neuron(gm: torch.fx.GraphModule, example_inputs) -> bool:
-    """Any input on ``neuron``, or any node naming the ``neuron`` device."""
+    """Any input, any traced value or any device argument on ``neuron``, in ``gm`` or its
+    subgraphs."""
     if any(isinstance(x, torch.Tensor) and x.device.type == _NEURON for x in example_inputs):
         return True
     found = []
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            map_aggregate((node.args, node.kwargs), lambda a: found.append(a) if _is_neuron_device(a) else None)
-            if found:
+    for g in _graphs(gm):
+        for node in g.graph.nodes:
+            if _val_on_neuron(node.meta.get("val")):
                 return True
+            if node.op == "call_function":
+                map_aggregate((node.args, node.kwargs),
+                              lambda a: found.append(a) if _is_neuron_device(a) else None)
+                if found:
+                    return True
     return False
 
 
@@ -58,6 +77,13 @@ def rewrite_devices(gm: torch.fx.GraphModule) -> int:
     device arguments changed."""
     changed = 0
     dev = host_device()
+    for g in _graphs(gm):
+        changed += _rewrite_one(g, dev)
+    return changed
+
+
+def _rewrite_one(gm: torch.fx.GraphModule, dev) -> int:
+    changed = 0
     for node in gm.graph.nodes:
         if node.op == "call_function":
             new_args = map_aggregate(node.args, _host_arg)

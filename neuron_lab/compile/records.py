@@ -68,7 +68,7 @@ def record_program(gid: int, kind: str, gm, seconds: float) -> None:
         if node.op == "call_function":
             n += 1
             ns = getattr(node.target, "namespace", None)
-            if ns is not None and ns not in ("aten", "prims"):
+            if ns is not None and ns not in ("aten", "prims", "higher_order"):
                 opaque.add(str(node.target.name()))
     with _lock:
         programs.append(ProgramRecord(gid, kind, n, round(seconds, 4), tuple(sorted(opaque))))

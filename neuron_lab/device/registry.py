@@ -134,6 +134,17 @@ def _register_kernels() -> int:
     return n
 
 
+def _hints(sizes) -> list:
+    """Concrete sizes for symbolic ones (their example values while tracing)."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+    return [s if type(s) is int else optimization_hint(s, fallback=8) for s in sizes]
+
+
+def _no_tracing():
+    from torch.utils._python_dispatch import _disable_current_modes
+    return _disable_current_modes()
+
+
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
           enable_gqa=False):
     """``scaled_dot_product_attention`` as on CPU. Its C++ decomposition asks a DispatchStub
@@ -147,11 +158,15 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
         requires_grad) and no data: reading the data would be a sync in adaptive mode."""
         if t is None or t.device.type != "neuron":
             return t
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+        return torch.empty_strided(_hints(t.shape), _hints(t.stride()), dtype=t.dtype,
                                    requires_grad=t.requires_grad)
 
-    choice = aten._fused_sdp_choice(*map(cpu_view, (q, k, v, attn_mask)), dropout_p, is_causal,
-                                    scale=scale, enable_gqa=enable_gqa)
+    # Under torch.compile's tracing (fake tensors, maybe symbolic sizes) the choice is made
+    # once, outside the trace, as CPU's C++ decomposition makes it: traced, its int-valued
+    # node would reach AOTAutograd's partitioner ("Expected _fused_sdp_choice to be a tensor").
+    with _no_tracing():
+        choice = aten._fused_sdp_choice(*map(cpu_view, (q, k, v, attn_mask)), dropout_p,
+                                        is_causal, scale=scale, enable_gqa=enable_gqa)
     if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
         return aten._scaled_dot_product_attention_math(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
