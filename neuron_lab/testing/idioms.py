@@ -26,23 +26,22 @@ FUSED_TOL = dict(rtol=1e-4, atol=1e-5)
 
 # Idioms that do not run on neuron yet, with the clear error a user gets (tests check the error,
 # so a fix shows up as a test to update).
-KNOWN = {
-    "lstm_packed": "_thnn_fused_lstm_cell has no kernel on device neuron:0",
-}
+KNOWN: dict[str, str] = {}
 
 
 class Idiom(NamedTuple):
     name: str
     what: str           # the compatibility table's description
     fn: Callable        # (dev: str) -> dict of results
+    exact: bool = True  # bitwise outside fused programs; False: FUSED_TOL (reason at the idiom)
 
 
 IDIOMS: dict[str, Idiom] = {}
 
 
-def idiom(what: str):
+def idiom(what: str, exact: bool = True):
     def deco(fn):
-        IDIOMS[fn.__name__] = Idiom(fn.__name__, what, fn)
+        IDIOMS[fn.__name__] = Idiom(fn.__name__, what, fn, exact)
         return fn
     return deco
 
@@ -337,7 +336,9 @@ def channels_last(dev):
             "cl": feats.is_contiguous(memory_format=torch.channels_last)}
 
 
-@idiom("LSTM over pack_padded_sequence (the NLP tutorial's classifier)")
+# not bitwise: on an accelerator PyTorch's LSTM runs the fused cell (CUDA's gate order, see
+# device/host_gaps.py), on CPU the unfused one; float32 rounding apart
+@idiom("LSTM over pack_padded_sequence (the NLP tutorial's classifier)", exact=False)
 def lstm_packed(dev):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 5, 4, generator=g)
@@ -524,7 +525,7 @@ def run(name: str, mode: str, compile: bool = False):
     import neuron_lab
 
     from .zoo import Verdict, device_mode
-    fn = IDIOMS[name].fn
+    fn, exact = IDIOMS[name].fn, IDIOMS[name].exact and not compile
     cpu = fn("cpu")
     label = mode + ("+fused" if compile else "")
     try:
@@ -534,5 +535,5 @@ def run(name: str, mode: str, compile: bool = False):
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return Verdict(name, label, False, f"{type(e).__name__}: {first[:300]}")
-    why = compare(cpu, dev, "neuron", exact=not compile)
+    why = compare(cpu, dev, "neuron", exact=exact)
     return Verdict(name, label, not why, why)

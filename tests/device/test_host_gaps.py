@@ -95,3 +95,25 @@ def test_a_dtype_still_missing_on_the_host_is_a_clear_error():
     x = torch.randn(4, dtype=H, device="neuron")
     with pytest.raises(NotImplementedError, match="neuron: .*rrelu.*float16 on device neuron:0.*float32"):
         F.rrelu(x, training=True).cpu()
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.LSTMCell, torch.nn.GRUCell])
+def test_recurrent_layers_use_the_fused_cells_cuda_uses(any_mode, cls):
+    """PyTorch's RNNs call _thnn_fused_lstm_cell/_thnn_fused_gru_cell (+ backward) on any
+    accelerator; CPU has no kernel for them ("Could not run ... 'CPU' backend")."""
+    torch.manual_seed(0)
+    m = cls(3, 4) if "Cell" in cls.__name__ else cls(3, 4, num_layers=2)
+    x = torch.randn(5, 2, 3) if "Cell" not in cls.__name__ else torch.randn(2, 3)
+
+    def run(mod, inp):
+        out = mod(inp)
+        out = out[0] if isinstance(out, tuple) else out
+        out.square().sum().backward()
+        return out.detach().cpu(), [p.grad.cpu() for p in mod.parameters()]
+    ref, gref = run(m, x)
+    m.zero_grad()
+    got, grad = run(m.to("neuron"), x.to("neuron"))
+    # CUDA's gate order (matmul, then biases) vs CPU's biased matmuls: float32 rounding apart
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grad, gref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -21,9 +21,8 @@ def test_pack_and_pad_as_on_cuda(any_mode):
     padded.sum().backward()                          # _pack_padded_sequence_backward
 
 
-def test_lstm_on_neuron_is_a_clear_error_not_a_wrong_number():
-    # PyTorch's LSTM takes the fused-cell path on any accelerator; CPU has no such kernel
-    lstm = nn.LSTM(2, 3).to("neuron")
+def test_an_op_only_accelerators_have_is_a_clear_error_not_a_wrong_number():
+    x = torch.ones(4, device="neuron")
     with pytest.raises(NotImplementedError,
-                       match="_thnn_fused_lstm_cell has no kernel on device neuron:0.*module.cpu"):
-        lstm(torch.randn(4, 1, 2, device="neuron"))[0].cpu()
+                       match="_fused_dropout has no kernel on device neuron:0.*module.cpu"):
+        torch.ops.aten._fused_dropout(x, 0.5)
