@@ -11,15 +11,16 @@ Lookup order for an op called on ``neuron`` tensors (the dispatcher's, written d
 The generic kernel ``execute`` = unwrap (host views of neuron tensors; device checks) ->
 policy (Trainium dtype rules, RNG and data-dependent ops recorded) -> admission (the output
 bytes known from the arguments are checked against the capacity before the host allocates, see
-``sizing``) -> run the op on the host executor -> account memory (OOM before any result escapes) -> wrap results (in-place/``out=``
-return the caller's own tensor, everything else a new shell). The adaptive runtime installs
-``launcher`` to queue ops instead; its per-op replay calls ``execute``.
+``sizing``) -> run the op on the host executor -> account memory (OOM before any result
+escapes) -> wrap results (in-place/``out=`` return the caller's own tensor, everything else a
+new shell). A runtime installed through ``seam`` may queue ops instead; its per-op replay calls
+``execute``.
 """
 from __future__ import annotations
 
 import torch
 
-from . import config, dtypes, hooks, memory, shell, sizing, tracking
+from . import config, dtypes, hooks, memory, seam, shell, sizing, tracking
 from .executor import host_device
 from .opinfo import OpFacts, facts
 
@@ -28,8 +29,6 @@ _NEURON = "neuron"
 _HOST_ONLY = dtypes.HOST_ONLY
 _executed = tracking.executed
 
-launcher = None      # runtime hook: fn(facts, args, kwargs) -> result; None = eager per-op
-before_sync = None   # runtime hook: fn(reason) flushes queued work before the host reads data
 
 
 class DeviceMismatch(RuntimeError):
@@ -83,7 +82,7 @@ def unwrap(f: OpFacts, args, kwargs, found: list):
                     d = a._d
                 except AttributeError:
                     d = shell._recover(a)
-                a = d if d is not None else shell.materialize_hook(a)
+                a = d if d is not None else seam.materialize(a)
         elif type(a) is list or type(a) is tuple:
             a = _unwrap_list(f, a, found)
         hargs.append(a)
@@ -276,8 +275,7 @@ def copy_from(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
     if src.device.type == _NEURON and dst.device.type == _NEURON:
         shell.host(dst).copy_(shell.host(src))
     elif src.device.type == _NEURON:             # device -> host: a sync point
-        if before_sync is not None:
-            before_sync("cpu")
+        seam.flush("cpu")
         tracking.record_sync("cpu")
         h = shell.host(src)
         tracking.record_transfer("d2h", h.numel() * h.element_size())

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import executor, memory, properties, streams
-
-_sync_hook = None  # set by the runtime: flush queued work
-
+from . import executor, memory, properties, seam, streams
 
 def is_available() -> bool:
     return True
@@ -48,8 +45,7 @@ get_device_capability = properties.device_capability
 
 def synchronize(device=None) -> None:
     """Wait for all queued device work (flushes the adaptive queue)."""
-    if _sync_hook is not None:
-        _sync_hook("synchronize")
+    seam.flush("synchronize")
     executor.synchronize()
 
 

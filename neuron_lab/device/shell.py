@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from . import seam
+
 DEVICE = torch.device("neuron", 0)
 _create = torch._C._acc.create_empty_tensor
 _from_ptr = torch._C._construct_storage_from_data_pointer
@@ -37,7 +39,6 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _empty = torch.empty
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
-materialize_hook = None  # set by the runtime: fn(shell) -> host tensor, for pending outputs
 _bind = None             # native bind_storage(device_cdata, host_cdata), when built
 
 
@@ -140,7 +141,7 @@ def host(s: torch.Tensor) -> torch.Tensor:
     except AttributeError:
         d = _recover(s)
     if d is None:
-        d = materialize_hook(s)
+        d = seam.materialize(s)      # a pending output: the runtime computes it
     return d
 
 

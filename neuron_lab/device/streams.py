@@ -26,9 +26,8 @@ from . import executor, properties
 def flush(reason: str) -> None:
     """Run all queued device work (the guard calls this from event record, stream query and
     synchronize): the adaptive runtime's flush, then the host executor's own sync."""
-    from . import module
-    if module._sync_hook is not None:
-        module._sync_hook(reason)
+    from . import seam
+    seam.flush(reason)
     executor.synchronize()
 
 

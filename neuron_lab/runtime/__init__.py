@@ -4,8 +4,10 @@
 scoped, ``sync(reason)`` flushes queued work. Stages, one module each: ``record`` (the queued
 op and its key), ``adaptive`` (queue, region formation, deferral), ``cache`` (region trie, LRU),
 ``compiler`` (FX graph -> inductor), ``worker`` (background compiles), ``policy`` (what to
-compile, fused or per-op), ``replay`` (running a region). The eager path is the device's own
-``kernels.execute``.
+compile, fused or per-op), ``status`` (a region's states and transitions), ``replay`` (per-op
+launch), ``fused`` (fused launch), ``pending`` (giving pending outputs their values). The eager
+path is the device's own ``kernels.execute``; the engine plugs into the device through
+``device.seam``.
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import atexit
 import contextlib
 import os
 
-import torch
 import torch.optim.optimizer as _optim
 
 from . import knobs as _knobs
@@ -22,7 +23,7 @@ from . import knobs as _knobs
 # so a kernel restart or a second run of a script reuses them (cold compile ~10-20 s on CPU).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_knobs.CACHE_DIR.get(), "inductor"))
 
-from ..device import kernels, module, shell
+from ..device import seam
 from ..device.executor import synchronize as _executor_sync
 from . import knobs, worker
 from .adaptive import Engine
@@ -31,23 +32,7 @@ MODES = ("eager", "adaptive")
 engine = Engine()
 
 
-def _materialize(s):
-    with engine.lock:            # the flush and the read: another thread cannot refill it between
-        engine.flush("materialize")
-        d = s.__dict__.get("_d")
-        d = d if isinstance(d, torch.Tensor) else shell._recover(s)
-    if d is None:       # its producer was deferred and failed: never hand out a made-up value
-        raise RuntimeError(
-            f"neuron: this tensor (shape {tuple(s.shape)}, {s.dtype}) on neuron:0 has no value: "
-            f"the deferred op that computes it failed when its region ran "
-            f"({engine.last_error or 'see the earlier error'}). Recompute it.")
-    return d
-
-
-kernels.launcher = engine.launch
-kernels.before_sync = engine.flush
-shell.materialize_hook = _materialize
-module._sync_hook = lambda reason: engine.flush(reason)
+seam.install(engine)    # the device's one call-out: launch, flush, materialize
 atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
 
 

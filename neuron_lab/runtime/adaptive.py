@@ -1,6 +1,6 @@
 """The adaptive engine: queue ops, cut them into regions, recognise regions, launch them fused.
 
-State machine per op (installed as the device's ``kernels.launcher``):
+State machine per op (``Engine.launch``, installed through the device's ``seam``):
 
 - **capture** (default at a segment start when the trie knows no region starting with this op):
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
@@ -32,10 +32,11 @@ import weakref
 import torch
 
 from ..device import events, kernels, memory, shell, tracking
-from . import knobs, policy, replay
-from .interrupts import deferred_interrupts
+from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
-from .record import NotQueueable, QueuedOp, describe, flatten_outputs, rekey, rebuild, structure_of
+from .interrupts import deferred_interrupts
+from .record import (CALLER, PENDING, NotQueueable, QueuedOp, describe, flatten_outputs, out_meta,
+                     out_plan, rebuild, rekey, structure_of)
 
 Tensor = torch.Tensor
 _execute = kernels.execute
@@ -126,7 +127,7 @@ class Engine:
         outs = flatten_outputs(out)
         rec = QueuedOp(f, targs, tkw, key)
         rec.where = tracking.user_frame_token(2)   # ~1.5 us, capture only: replay errors name it
-        rec.metas = tuple(replay_meta(t) for t in outs)
+        rec.metas = tuple(out_meta(t) for t in outs)
         rec.structure = structure_of(out)
         rec.outs = [None] * len(outs)
         pos = len(self.records)
@@ -184,30 +185,33 @@ class Engine:
             memory.check(nxt.new_bytes, f.name)
         outs, pairs = [], []
         prod = self.producers
-        for k, (kind, a, b, c, d, nbytes) in enumerate(plan):
-            if kind == 0:                                  # in-place / out=: caller's tensor
-                t = args[a] if type(a) is int else kwargs[a]
-                m = nxt.metas[k]
-                if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
-                    old = t.untyped_storage()
-                    shell.restride_meta(t, m[0], m[1], m[2])
-                    memory.move(old, t.untyped_storage())
-                outs.append(t)
-                pairs.append(None)
-            elif kind == 1:                                # not a tensor
-                outs.append(None)
-                pairs.append(None)
-            else:                                          # a value this region will compute
-                t = shell.pending(a, b, c, d)
+        for k, spec in enumerate(plan):
+            kind = spec.kind
+            if kind == PENDING:                            # a value this region will compute
+                m = spec.meta
+                t = shell.pending(m.size, m.stride, m.dtype, m.offset)
                 st = t.untyped_storage()
-                if nbytes:
-                    memory.reserve(st, nbytes)
+                if spec.nbytes:
+                    memory.reserve(st, spec.nbytes)
                 tr, sr = weakref.ref(t), weakref.ref(st)
                 outs.append(t)
                 pairs.append((tr, sr))
                 prod[id(t)] = (pos, k, tr)
                 prod[id(st)] = (pos, k, sr)
-        for k, kind in nxt.alias_outs:                     # in-place results are produced here
+            elif kind == CALLER:                           # in-place / out=: caller's tensor
+                a = spec.arg
+                t = args[a] if type(a) is int else kwargs[a]
+                m = spec.meta
+                if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
+                    old = t.untyped_storage()
+                    shell.restride_meta(t, m.size, m.stride, m.offset)
+                    memory.move(old, t.untyped_storage())
+                outs.append(t)
+                pairs.append(None)
+            else:                                          # not a tensor
+                outs.append(None)
+                pairs.append(None)
+        for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
             if t is not None:
                 prod[id(t)] = (pos, k, weakref.ref(t))
@@ -232,7 +236,7 @@ class Engine:
             self._end_segment(None)
             self.cache.hit(region)
             self._debug("hit", region.id)
-            needed = replay.live_outputs(recs)
+            needed = pending.live_outputs(recs)
             t_host = time.perf_counter()
             with _range(region, "fused" if region.program is not None else "per-op"):
                 try:
@@ -311,35 +315,23 @@ class Engine:
         e.add_note(note)
         self.last_error = f"{type(e).__name__}: {e} ({note})"
 
+    def materialize(self, s) -> Tensor:
+        """The host value of pending tensor ``s`` (the device asks through its seam): run the
+        queued work that computes it."""
+        with self.lock:          # the flush and the read: another thread cannot refill it between
+            self.flush("materialize")
+            d = s.__dict__.get("_d")
+            d = d if isinstance(d, Tensor) else shell._recover(s)
+        if d is None:   # its producer was deferred and failed: never hand out a made-up value
+            raise RuntimeError(
+                f"neuron: this tensor (shape {tuple(s.shape)}, {s.dtype}) on neuron:0 has no "
+                f"value: the deferred op that computes it failed when its region ran "
+                f"({self.last_error or 'see the earlier error'}). Recompute it.")
+        return d
+
     def _debug(self, what: str, n) -> None:
         if knobs.DEBUG_LEVEL():
             print(f"[neuron_lab] region {what}: {n}", file=sys.stderr)
-
-
-def out_plan(f, metas) -> tuple:
-    """How ``_defer`` makes each output of a node's op: (kind, ...) with kind 0 = the caller's
-    tensor (in-place/out=, arg position or kwarg name), 1 = not a tensor, 2 = a pending tensor
-    (size, stride, dtype, offset, fresh bytes)."""
-    plan = []
-    for i, m in enumerate(metas):
-        alias = f.ret_alias[i] if i < len(f.ret_alias) else None
-        if alias is not None and alias[1] and not alias[2]:
-            plan.append((0, alias[0], None, None, None, 0))
-        elif m is None:
-            plan.append((1, None, None, None, None, 0))
-        else:
-            numel = 1
-            for n in m[0]:
-                numel *= n
-            fresh = 0 if alias else numel * m[3].itemsize
-            plan.append((2, m[0], m[1], m[3], m[2], fresh))
-    return tuple(plan)
-
-
-def replay_meta(t):
-    if t is None:
-        return None
-    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
 
 
 class _range:

@@ -9,12 +9,16 @@ execution kinds, and the compiled program. Stats: hits, misses, compiles, evicti
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from typing import Any
 
 from . import knobs
+from .record import CALLER
+from .status import Status, check
 
 _ids = itertools.count(1)
+_moving = threading.Lock()
 
 
 class Node:
@@ -30,25 +34,25 @@ class Node:
         self.depth = depth
         self.metas = metas
         self.structure = structure
-        self.plan = None          # adaptive.out_plan, built on first deferral
+        self.plan = None          # record.out_plan: tuple of OutSpec, built on first deferral
         self._new_bytes = None
         self._alias_outs = None
 
     @property
     def new_bytes(self) -> int:
         if self._new_bytes is None:
-            self._new_bytes = sum(p[5] for p in self.plan)
+            self._new_bytes = sum(p.nbytes for p in self.plan)
         return self._new_bytes
 
     @property
     def alias_outs(self) -> tuple:
         if self._alias_outs is None:
-            self._alias_outs = tuple((k, p[0]) for k, p in enumerate(self.plan) if p[0] == 0)
+            self._alias_outs = tuple(k for k, p in enumerate(self.plan) if p.kind == CALLER)
         return self._alias_outs
 
 
 class Region:
-    """One cached op sequence. ``status``: recorded -> compiling -> fused | per-op | failed."""
+    """One cached op sequence; ``status`` follows ``status.NEXT``, changed only by ``move``."""
 
     def __init__(self, keys: tuple, records: list, node: Node) -> None:
         self.id = next(_ids)
@@ -58,7 +62,7 @@ class Region:
         self.metas = [r.metas for r in records]
         self.structures = [r.structure for r in records]
         self.hits = 0
-        self.status = "recorded"
+        self.status = Status.RECORDED
         self.program: Any = None        # compiled fused callable
         self.plan: Any = None           # compiler.Plan: inputs/outputs wiring
         self.error: str | None = None
@@ -70,13 +74,28 @@ class Region:
         self.trial = 0
         self.per_op_launches = 0
 
+    def move(self, to: Status, error: str | None = None) -> bool:
+        """The one place a region's status changes (``status.NEXT`` lists the transitions).
+        Leaving ``failed``/``slower``/``evicted`` drops the program. False if the region was
+        evicted meanwhile (the move is ignored)."""
+        with _moving:
+            if self.status is Status.EVICTED:
+                return False
+            check(self.status, to)
+            self.status = to
+            if error is not None:
+                self.error = error[:500]
+            if to in (Status.SLOWER, Status.FAILED, Status.EVICTED):
+                self.program = None
+            return True
+
     @property
     def ops(self) -> int:
         return len(self.keys)
 
     def summary(self) -> dict:
         med = lambda xs: sorted(xs)[len(xs) // 2] * 1e6 if xs else None  # noqa: E731
-        return {"id": self.id, "ops": self.ops, "hits": self.hits, "status": self.status,
+        return {"id": self.id, "ops": self.ops, "hits": self.hits, "status": self.status.value,
                 "per_op_us": med(self.per_op_s), "fused_us": med(self.fused_s),
                 "compile_s": self.compile_s, "fused_launches": self.fused_launches,
                 "per_op_launches": self.per_op_launches, "error": self.error,
@@ -109,8 +128,7 @@ class RegionCache:
         while len(self.lru) > limit:
             _, old = self.lru.popitem(last=False)
             old.node.region = None
-            old.program = None
-            old.status = "evicted"          # a queued compile of it is dropped (worker._loop)
+            old.move(Status.EVICTED)        # a queued compile of it is dropped (worker._loop)
             self.stats["evictions"] += 1
         return region
 

@@ -6,7 +6,7 @@ in-place; AOTAutograd functionalizes them and writes input mutations back into t
 tensors), and outputs for the region's values that were alive when it was compiled. Inductor
 compiles it for the executor device (C++/OpenMP kernels on CPU, Triton on CUDA).
 
-``Plan`` is what a launch needs besides the program: where each input comes from (op index and
+``Plan`` is what a launch (``fused.py``) needs besides the program: where each input comes from (op index and
 argument path), the aliasing pattern of inputs at compile time (a launch whose inputs alias
 differently runs per-op instead), and which (op, output) pairs the program returns.
 
@@ -18,9 +18,9 @@ optimizer step. Some ops cannot take a float as data: ``lerp``'s decomposition b
 weight (``weight >= 0.5``, a guard on an unbacked value), ``nan_to_num``'s schema wants a plain
 float. When compiling with unbacked floats fails, the region is compiled again with its floats
 *specialized*: baked into the graph as the constants of the launch that compiled it, and
-guarded at every launch (``launch_inputs``: a launch whose floats differ runs per-op). Regions
-whose floats never change (``nan_to_num(x, 0.0)``, ``lerp(x, y, 0.3)``, an EMA decay) then fuse;
-ones whose floats change every step stay per-op, as before, with correct results either way.
+guarded at every launch (``fused.launch_inputs``: a launch whose floats differ runs per-op).
+Regions whose floats never change (``nan_to_num(x, 0.0)``, ``lerp(x, y, 0.3)``, an EMA decay)
+then fuse; ones whose floats change every step stay per-op, as before, with correct results either way.
 """
 from __future__ import annotations
 
@@ -54,41 +54,16 @@ class Plan:
         return frozenset(self.outputs)
 
 
-def _get(rec, path):
+def arg_at(rec, path):
+    """The argument of record ``rec`` at ``path`` ((position or kwarg name, list index or None))."""
     where, sub = path
     a = rec.args[where] if type(where) is int else rec.kwargs[where]
     return a if sub is None else a[sub]
 
 
-def launch_inputs(program, plan: Plan, records: list) -> list | None:
-    """``gather_inputs``, and for a program compiled with specialized floats, None unless this
-    launch's floats are the ones it was compiled with (the guard; see the module header)."""
-    inputs = gather_inputs(plan, records)
-    fixed = getattr(program, "fixed", None)
-    if fixed is not None and inputs is not None and inputs[0].tolist() != fixed:
-        return None
-    return inputs
-
-
-def gather_inputs(plan: Plan, records: list) -> list | None:
-    """The host tensors to call the program with, or None if the aliasing pattern differs."""
-    slots: dict[int, int] = {}
-    inputs = []
-    for (i, path), want in zip(plan.occurrences, plan.pattern):
-        t = _get(records[i], path)
-        got = slots.setdefault(id(t), len(slots))
-        if got != want:
-            return None
-        if got == len(inputs):
-            inputs.append(shell.host(t))
-    if plan.scalars:
-        inputs.insert(0, _packed(plan.scalars, records))
-    return inputs
-
-
-def _packed(scalars, records: list) -> Tensor:
+def packed_scalars(scalars, records: list) -> Tensor:
     """The region's data floats, in plan order, as the program's first input."""
-    return torch.tensor([_get(records[i], p) for i, p in scalars], dtype=torch.float64)
+    return torch.tensor([arg_at(records[i], p) for i, p in scalars], dtype=torch.float64)
 
 
 def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
@@ -142,7 +117,7 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
     outputs = tuple(sorted(required))
     g.output(tuple(node_outs[i][k] for i, k in outputs))
     if scalars:
-        examples.insert(0, _packed(scalars, records))
+        examples.insert(0, packed_scalars(scalars, records))
     else:
         g.erase_node(packed)
     gm = fx.GraphModule(torch.nn.Module(), g)
@@ -169,7 +144,7 @@ def _persist_cache() -> None:
 
 
 def largest_numel(records: list) -> int:
-    return max((_numel(m[0]) for r in records for m in r.metas if m is not None), default=0)
+    return max((_numel(m.size) for r in records for m in r.metas if m is not None), default=0)
 
 
 def _numel(shape) -> int:
@@ -202,7 +177,7 @@ def _fx_patches_stay_in_their_thread() -> None:
 
 class Specialized:
     """A program compiled with the region's floats as constants ``fixed`` (a list, in plan
-    order); ``launch_inputs`` checks them before each launch."""
+    order); ``fused.launch_inputs`` checks them before each launch."""
     __slots__ = ("program", "fixed")
 
     def __init__(self, program, fixed: list) -> None:

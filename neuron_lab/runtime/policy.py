@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import statistics
 
-from . import compiler, knobs, replay, verify, worker
+from . import compiler, fused, knobs, replay, verify, worker
+from .status import Status
 
 # Ops that never enter a region: they touch the host or other devices.
 _UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "set_",
@@ -54,9 +55,9 @@ def boundary_reason(f) -> str:
 
 def run(region, records, needed, stats) -> tuple[float, bool]:
     """Execute a deferred region; returns (host seconds, used the fused program)."""
-    if region.status == "trial" and knobs.TRIALS.get() <= 0:   # no A/B: fused, for good
-        region.status = "fused"
-    if region.status == "trial":
+    if region.status is Status.TRIAL and knobs.TRIALS.get() <= 0:   # no A/B: fused, for good
+        region.move(Status.FUSED)
+    if region.status is Status.TRIAL:
         region.trial += 1
         if region.trial == 1:                    # first call loads the program: not a sample
             return _fused_or_per_op(region, records, needed, stats, sample=False)
@@ -69,7 +70,7 @@ def run(region, records, needed, stats) -> tuple[float, bool]:
 
 def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tuple[float, bool]:
     n = len(records)
-    if region.program is not None and region.status in ("trial", "fused"):
+    if region.program is not None and region.status in (Status.TRIAL, Status.FUSED):
         if knobs.VERIFY.get() and region.verified < knobs.VERIFY_LAUNCHES.get():
             dt = _verified(region, records, needed, stats)
             if dt is not None:
@@ -77,9 +78,9 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             if region.program is None:                   # the program raised
                 return _per_op(region, records, stats)
         try:
-            dt = replay.fused(region, records, needed)
+            dt = fused.run(region, records, needed)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
-            region.status, region.error, region.program = "failed", f"run: {type(e).__name__}: {e}"[:500], None
+            region.move(Status.FAILED, f"run: {type(e).__name__}: {e}")
             worker._add("compiles_failed", 1, stats)
             dt = None
         if dt is not None:
@@ -117,26 +118,26 @@ def _per_op(region, records, stats) -> tuple[float, bool]:
 
 def _decide(region, stats) -> None:
     trials = knobs.TRIALS.get()
-    if region.status != "trial" or len(region.fused_s) < trials or len(region.per_op_s) < trials:
+    if region.status is not Status.TRIAL or len(region.fused_s) < trials or len(region.per_op_s) < trials:
         return
     if statistics.median(region.fused_s) <= statistics.median(region.per_op_s):
-        region.status = "fused"
+        region.move(Status.FUSED)
     else:
-        region.status, region.program = "slower", None
+        region.move(Status.SLOWER)
         stats["compiles_slower"] += 1
 
 
 def maybe_compile(region, records, needed, stats) -> None:
-    if (region.status != "recorded" or not knobs.COMPILE.get()
+    if (region.status is not Status.RECORDED or not knobs.COMPILE.get()
             or region.ops < knobs.MIN_REGION_OPS.get() or region.hits < knobs.COMPILE_AFTER.get()
             or not (knobs.SYNC_COMPILE.get() or worker.has_room())):
         return
     try:
         gm, plan, examples = compiler.build(records, needed)
     except Exception as e:  # noqa: BLE001 - cannot express the region as a graph: per-op
-        region.status, region.error = "failed", f"build: {type(e).__name__}: {e}"[:500]
+        region.move(Status.FAILED, f"build: {type(e).__name__}: {e}")
         worker._add("compiles_failed", 1, stats)
         return
     region.plan = plan
-    region.status = "queued"
+    region.move(Status.QUEUED)
     worker.submit(region, gm, examples, stats, compiler.largest_numel(records))

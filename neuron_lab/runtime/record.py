@@ -20,7 +20,7 @@ Key of one argument:
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -115,7 +115,7 @@ def rekey(key, i: int, start: int, metas_of) -> Any:
         if len(key) == 3 and key[0] == "r":
             if i - key[1] < start:
                 m = metas_of(i - key[1])[key[2]]
-                return ("x", torch.Size(m[0]), m[1], m[2], m[3])
+                return ("x", torch.Size(m.size), m.stride, m.offset, m.dtype)
             return key
         return tuple(rekey(k, i, start, metas_of) for k in key)
     return key
@@ -138,8 +138,48 @@ def flatten_outputs(out) -> list:
     return []
 
 
-def out_meta(t: Tensor | None):
-    return None if t is None else (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+class OutMeta(NamedTuple):
+    """What a pending output must look like: the metadata of one tensor output of an op."""
+    size: tuple
+    stride: tuple
+    offset: int
+    dtype: torch.dtype
+
+
+def out_meta(t: Tensor | None) -> OutMeta | None:
+    return None if t is None else OutMeta(tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+
+
+# OutSpec.kind: how a deferred op hands out one output
+CALLER = 0      # in-place / out=: the caller's own tensor (``arg``: position or kwarg name)
+NOT_TENSOR = 1  # the return is not a tensor
+PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh bytes (0 for a view)
+
+
+class OutSpec(NamedTuple):
+    """How one output of a trie node's op is made when the op is deferred (``out_plan``)."""
+    kind: int
+    arg: int | str | None
+    meta: OutMeta | None
+    nbytes: int
+
+
+def out_plan(facts, metas) -> tuple[OutSpec, ...]:
+    """One ``OutSpec`` per output of an op with output metadata ``metas`` (derived once per trie
+    node, on its first deferral)."""
+    plan = []
+    for i, m in enumerate(metas):
+        alias = facts.ret_alias[i] if i < len(facts.ret_alias) else None
+        if alias is not None and alias[1] and not alias[2]:
+            plan.append(OutSpec(CALLER, alias[0], m, 0))
+        elif m is None:
+            plan.append(OutSpec(NOT_TENSOR, None, None, 0))
+        else:
+            numel = 1
+            for n in m.size:
+                numel *= n
+            plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize))
+    return tuple(plan)
 
 
 class QueuedOp:
@@ -149,7 +189,7 @@ class QueuedOp:
         self.facts, self.args, self.kwargs, self.key = facts, args, kwargs, key
         self.where = None          # tracking.user_frame_token of the user's line (see adaptive)
         self.outs: list = []       # weak references to the output tensors, flattened (or None)
-        self.metas: tuple = ()     # their (shape, stride, offset, dtype)
+        self.metas: tuple = ()     # their OutMeta (None where an output is not a tensor)
         self.structure: Any = None  # how to rebuild the op's return value from ``outs``
 
     def __repr__(self) -> str:

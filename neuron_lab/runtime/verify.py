@@ -17,8 +17,9 @@ import warnings
 
 import torch
 
-from . import compiler, replay, worker
 from ..device import events
+from . import fused, pending, replay, worker
+from .status import Status
 
 Tensor = torch.Tensor
 _TOL = {torch.float16: (1e-2, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1e-4, 1e-5)}
@@ -30,15 +31,14 @@ def launch(region, records: list, needed: set, stats: dict) -> float | None:
     plan = region.plan
     if not needed.issubset(plan.outputs_set):
         return None
-    inputs = compiler.launch_inputs(region.program, plan, records)
+    inputs = fused.launch_inputs(region.program, plan, records)
     if inputs is None:
         return None
     copies = [t.clone() for t in inputs]          # the program may write into its inputs
     try:
         outs = region.program(*copies)
     except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
-        region.status, region.program = "failed", None
-        region.error = f"run: {type(e).__name__}: {e}"[:500]
+        region.move(Status.FAILED, f"run: {type(e).__name__}: {e}")
         worker._add("compiles_failed", 1, stats)
         return None
     t0 = time.perf_counter()
@@ -47,8 +47,7 @@ def launch(region, records: list, needed: set, stats: dict) -> float | None:
     region.verified += 1
     bad = _first_mismatch(region, records, plan, outs, inputs, copies)
     if bad is not None:
-        region.status, region.program = "failed", None
-        region.error = f"verify: {bad}"[:500]
+        region.move(Status.FAILED, f"verify: {bad}")
         stats["verify_mismatches"] = stats.get("verify_mismatches", 0) + 1
         events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="failed",
                     error=region.error)
@@ -63,7 +62,7 @@ def launch(region, records: list, needed: set, stats: dict) -> float | None:
 def _first_mismatch(region, records, plan, outs, inputs, copies) -> str | None:
     for (i, k), h in zip(plan.outputs, outs):
         pair = records[i].outs[k]
-        tgt = replay.alive(pair) if pair is not None else None
+        tgt = pending.alive(pair) if pair is not None else None
         ref = tgt.__dict__.get("_d") if isinstance(tgt, Tensor) else None
         if isinstance(ref, Tensor):
             why = _differs(h, ref)

@@ -40,6 +40,7 @@ import torch
 
 from ..device import events
 from . import compiler, knobs
+from .status import Status
 
 _q: queue.Queue = queue.Queue()
 _thread: threading.Thread | None = None
@@ -56,18 +57,18 @@ class _Cancelled(BaseException):
 
 def _compile(region, gm, examples, stats, largest=0) -> None:
     t0 = time.perf_counter()
-    region.status = "compiling"
+    region.move(Status.COMPILING)
     _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
         with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
             program = compiler.compile_program(gm, examples, largest)
     except _Cancelled:
-        region.status = "recorded"
+        region.move(Status.RECORDED)
         _add("cancelled", 1)
         raise
     except Exception as e:  # noqa: BLE001 - any compiler error means: stay per-op
-        region.status, region.error = "failed", f"{type(e).__name__}: {e}"[:500]
+        region.move(Status.FAILED, f"{type(e).__name__}: {e}")
         region.compile_s = time.perf_counter() - t0
         _add("failed", 1)
         _add("compiles_failed", 1, stats)
@@ -78,7 +79,7 @@ def _compile(region, gm, examples, stats, largest=0) -> None:
     else:
         region.compile_s = time.perf_counter() - t0
         region.program = program
-        region.status = "trial"
+        region.move(Status.TRIAL)
         _add("done", 1)
         _add("compiles_done", 1, stats)
         events.emit(events.COMPILE, region=region.id, seconds=region.compile_s, outcome="ok",
@@ -119,7 +120,7 @@ def _loop() -> None:
             job = _q.get()
             if job is None:
                 return
-            if _closing or job[0].status != "queued":     # evicted (or reset) while waiting
+            if _closing or job[0].status is not Status.QUEUED:     # evicted (or reset) while waiting
                 _drop(job[0])
                 continue
             us = knobs.COMPILE_SWITCH_US.get()
@@ -139,8 +140,8 @@ def _loop() -> None:
 def _drop(region) -> None:
     _add("queued", -1)
     _add("dropped", 1)
-    if region.status == "queued":
-        region.status = "recorded"
+    if region.status is Status.QUEUED:
+        region.move(Status.RECORDED)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="dropped", error=None)
 
 
@@ -152,7 +153,7 @@ def has_room() -> bool:
 def submit(region, gm, examples, stats, largest: int = 0) -> None:
     global _thread
     if _closing:
-        region.status = "recorded"
+        region.move(Status.RECORDED)
         return
     _add("queued", 1)
     _add("compiles_queued", 1, stats)

@@ -1,0 +1,160 @@
+"""Where ``_setup_privateuseone_for_python_backend`` stops short: narrow patches of PyTorch's
+Python API, each changing behaviour only for ``neuron`` and otherwise calling PyTorch's own.
+
+1. ``torch.accelerator.synchronize`` raises "Backend doesn't support synchronizing all streams",
+   ``torch.accelerator.memory.*`` says the allocator is not a DeviceAllocator and
+   ``get_device_capability`` says the backend has none: all are routed to ``torch.neuron`` when
+   the current accelerator is ``neuron`` (``accelerator``).
+2. ``torch.save``: a shell's storage holds no bytes, so ``Tensor._reduce_ex_internal`` takes the
+   path PyTorch already uses for storage-less backends (copy to CPU, rebuild on load honouring
+   ``map_location``) (``tensor``).
+3. ``tensor.data = other`` swaps the TensorImpl's storage in C++ without a kernel call; the
+   setter also refreshes the host view cached on the Python object (``tensor``); pickling and
+   ``deepcopy`` drop that cached view (it is derived from the storage, never state). PyTorch allows
+   the swap (and ``Module._apply`` keeps each Parameter object, so tied weights stay tied
+   through ``.to``/``.to_empty``) only when ``_has_compatible_shallow_copy_type`` holds: built
+   in for CPU/CUDA/MPS/... dense tensors, an operator a PrivateUse1 backend implements for its
+   own (``registry._shallow_copy_compatible``, as PyTorch's OpenReg does).
+4. ``data_ptr()`` of a tensor whose value is still queued (adaptive mode) waits for it: a sync
+   point (``data_ptr``).
+5. ``repr`` of a neuron tensor is one sync point, counted as such: the contents are formatted
+   from the host value (as torch_xla formats a CPU copy); PyTorch's formatter run on the device
+   tensor would issue ~100 ``item()``s, copies and a ``masked_select``, each a sync of its own
+   (``tensor``).
+
+Loading and storages made on the device are ``serialization``'s.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import module, properties, tracking
+
+
+def accelerator() -> None:
+    """Route ``torch.accelerator``'s synchronize, memory and capability calls to ``torch.neuron``."""
+    acc = torch.accelerator
+    orig_sync = acc.synchronize
+
+    def synchronize(device=None):
+        if acc.current_accelerator().type == "neuron":
+            return module.synchronize(device)
+        return orig_sync(device)
+
+    acc.synchronize = synchronize
+    mem = getattr(acc, "memory", None)
+    if mem is None:
+        return
+    # torch.accelerator name -> torch.neuron name
+    for name, ours in (("memory_allocated", None), ("max_memory_allocated", None),
+                       ("memory_reserved", None), ("max_memory_reserved", None),
+                       ("memory_stats", None), ("reset_peak_memory_stats", None),
+                       ("reset_accumulated_memory_stats", None), ("empty_cache", None),
+                       ("mem_get_info", None), ("get_memory_info", "mem_get_info")):
+        orig = getattr(mem, name, None)
+        if orig is None:
+            continue
+
+        def routed(*a, _orig=orig, _name=ours or name, **k):
+            if acc.current_accelerator().type == "neuron":
+                return getattr(module, _name)(*a, **k)
+            return _orig(*a, **k)
+
+        routed.__name__ = name
+        setattr(mem, name, routed)
+        if getattr(acc, name, None) is orig:
+            setattr(acc, name, routed)
+    # a Python PrivateUse1 hook cannot answer the C++ capability query ("Backend doesn't
+    # support getting device capabilities")
+    orig_cap = acc.get_device_capability
+
+    def get_device_capability(device=None, /):
+        if acc.current_accelerator().type == "neuron":
+            return properties.accelerator_capability(device)
+        return orig_cap(device)
+
+    acc.get_device_capability = get_device_capability
+
+
+def data_ptr() -> None:
+    """A queued (adaptive) value has no host buffer yet, so no address: ``data_ptr()`` on it
+    runs the queue first, as reading a CUDA pointer after an async launch is valid only for the
+    allocation the launch writes, which exists already; here it exists once the queue ran."""
+    from . import shell
+    T, U = torch.Tensor, torch.UntypedStorage
+    t_ptr, u_ptr = torch._C.TensorBase.data_ptr, torch._C.StorageBase.data_ptr
+
+    def data_ptr(self):
+        if self.device.type == "neuron" and shell.is_pending(self):
+            shell.host(self)
+        return t_ptr(self)
+
+    def storage_data_ptr(self):
+        if getattr(self, "_h", 0) is None:
+            module.synchronize()
+        return u_ptr(self)
+
+    data_ptr.__doc__, storage_data_ptr.__doc__ = t_ptr.__doc__, u_ptr.__doc__
+    T.data_ptr, U.data_ptr = data_ptr, storage_data_ptr
+
+
+def tensor() -> None:
+    """``torch.save``/pickle/deepcopy of a neuron tensor, ``tensor.data = other``, ``repr``."""
+    T = torch.Tensor
+    orig_reduce = T._reduce_ex_internal
+
+    def _reduce_ex_internal(self, proto):
+        if self.device.type == "neuron":
+            return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                    (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
+        return orig_reduce(self, proto)
+
+    T._reduce_ex_internal = _reduce_ex_internal
+
+    # The host view cached on a neuron tensor's Python object (``_d``) is derived from its
+    # storage, never state: pickled, it came back as a *second* tensor (mapped onto neuron by
+    # ``map_location``) that kernels then read instead of the storage; deep-copied, it kept the
+    # original's bytes. Both drop it; it is re-derived from the storage on next use.
+    def __getstate__(self):
+        state = self.__dict__
+        return {k: v for k, v in state.items() if k != "_d"} if "_d" in state else state
+
+    orig_deepcopy = T.__deepcopy__
+
+    def __deepcopy__(self, memo):
+        new = orig_deepcopy(self, memo)
+        if "_d" in new.__dict__ and new.device.type == "neuron":
+            del new._d
+        return new
+
+    T.__getstate__, T.__deepcopy__ = __getstate__, __deepcopy__
+
+    data = torch._C.TensorBase.data
+
+    def _set_data(self, value):
+        data.__set__(self, value)
+        if "_d" in self.__dict__:
+            del self._d        # re-derived from the (new) storage on next use
+
+    T.data = property(data.__get__, _set_data, doc=data.__doc__)
+
+    from torch._subclasses.fake_tensor import is_fake
+
+    orig_repr = T.__repr__
+
+    def __repr__(self, *, tensor_contents=None):
+        if self.device.type == "neuron":
+            tracking.record_sync("repr")
+            # Fake tensors (torch.compile's tracing, logged by AOTAutograd at DEBUG) and functorch
+            # wrappers have no device data: torch's own repr prints their metadata.
+            if tensor_contents is None and self.numel() and self.layout == torch.strided \
+                    and not torch._C._functorch.is_functorch_wrapped_tensor(self) \
+                    and not is_fake(self):
+                from . import shell
+                plain = type(self) in (torch.Tensor, torch.nn.Parameter)
+                indent = len("tensor(" if plain else type(self).__name__ + "(")
+                with torch.no_grad():
+                    tensor_contents = torch._tensor_str._tensor_str(shell.host(self), indent)
+        return orig_repr(self, tensor_contents=tensor_contents)
+
+    T.__repr__ = __repr__

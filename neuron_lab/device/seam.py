@@ -1,0 +1,47 @@
+"""The one seam between the device (layer 1) and an execution runtime (layer 2).
+
+Without a runtime the device runs every op at once (``kernels.execute``). A runtime that
+defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once, with
+``install(runtime)``; the device calls it at exactly three points and nowhere else:
+
+- ``launch(facts, args, kwargs)``: every op called on ``neuron`` tensors (the generic kernel in
+  ``registry``) goes to the runtime, which runs it, or queues it and returns pending outputs;
+- ``flush(reason)``: before the host reads device data or waits for the device (``.cpu()``,
+  ``torch.neuron.synchronize()``, stream/event sync), queued work runs;
+- ``materialize(shell)``: a pending output's host value is needed now (``shell.host``).
+
+The three are module attributes so the hot path reads one global; ``install`` is the only
+place that sets them (the layer rule: the device never imports the runtime).
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Runtime(Protocol):
+    def launch(self, facts, args: tuple, kwargs: dict) -> Any: ...
+    def flush(self, reason: str) -> None: ...
+    def materialize(self, shell) -> Any: ...
+
+
+def _no_flush(reason: str) -> None:
+    return None
+
+
+def _no_materialize(shell):
+    raise RuntimeError("neuron: a pending tensor without an installed runtime "
+                       "(neuron_lab.runtime installs one at import)")
+
+
+launch = None                  # None: every op runs at once (kernels.execute)
+flush = _no_flush
+materialize = _no_materialize
+
+
+def install(runtime: Runtime | None) -> None:
+    """Route the device's three calls to ``runtime`` (None: back to running ops at once)."""
+    global launch, flush, materialize
+    if runtime is None:
+        launch, flush, materialize = None, _no_flush, _no_materialize
+    else:
+        launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize

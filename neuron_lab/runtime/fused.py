@@ -1,0 +1,60 @@
+"""The fused launch: gather a region's inputs, call its compiled program, fill the outputs.
+
+``compiler.Plan`` says where each program input comes from (op index, argument path), the
+aliasing pattern of the inputs at compile time, and which (op, output) pairs the program
+returns. A launch whose inputs alias differently, or that needs a live value the program does
+not return, cannot use the program (``run`` returns None; the policy replays per-op).
+"""
+from __future__ import annotations
+
+import time
+
+from ..device import shell
+from .compiler import Plan, arg_at, packed_scalars
+from .pending import alive, fill
+
+
+def gather_inputs(plan: Plan, records: list) -> list | None:
+    """The host tensors to call the program with, or None if the aliasing pattern differs."""
+    slots: dict[int, int] = {}
+    inputs = []
+    for (i, path), want in zip(plan.occurrences, plan.pattern):
+        t = arg_at(records[i], path)
+        got = slots.setdefault(id(t), len(slots))
+        if got != want:
+            return None
+        if got == len(inputs):
+            inputs.append(shell.host(t))
+    if plan.scalars:
+        inputs.insert(0, packed_scalars(plan.scalars, records))
+    return inputs
+
+
+def launch_inputs(program, plan: Plan, records: list) -> list | None:
+    """``gather_inputs``, and for a program compiled with specialized floats
+    (``compiler.Specialized``), None unless this launch's floats are the ones it was compiled
+    with (the guard; see ``compiler``'s header)."""
+    inputs = gather_inputs(plan, records)
+    fixed = getattr(program, "fixed", None)
+    if fixed is not None and inputs is not None and inputs[0].tolist() != fixed:
+        return None
+    return inputs
+
+
+def run(region, records: list, needed: set) -> float | None:
+    """Run the region's program; host seconds, or None if this launch cannot use it."""
+    plan = region.plan
+    if not needed.issubset(plan.outputs_set):
+        return None
+    inputs = launch_inputs(region.program, plan, records)
+    if inputs is None:
+        return None
+    t0 = time.perf_counter()
+    outs = region.program(*inputs)
+    dt = time.perf_counter() - t0
+    for (i, k), h in zip(plan.outputs, outs):
+        pair = records[i].outs[k]
+        tgt = alive(pair) if pair is not None else None
+        if tgt is not None:
+            fill(tgt, h)
+    return dt

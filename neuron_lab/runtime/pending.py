@@ -1,0 +1,44 @@
+"""Pending outputs: which of a region's handed-out tensors are still alive, and giving them values.
+
+A deferred op's outputs are pending shells (``shell.pending``); the record keeps a weak pair
+(tensor, storage) per output. When the region runs — per-op (``replay``) or fused (``fused``) —
+every pending tensor still alive receives its host value; dead ones are skipped (a fused program
+does not even compute them). A C++ shallow copy (``.data``, autograd's saved outputs) can outlive
+the Python object: then only the storage is alive, and it gets the bytes.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..device import memory, shell
+
+Tensor = torch.Tensor
+
+
+def alive(ref_pair) -> Tensor | None:
+    """The pending tensor behind (tensor weakref, storage weakref), or a live alias of its storage."""
+    if ref_pair is None:
+        return None
+    t = ref_pair[0]()
+    if t is not None:
+        return t
+    st = ref_pair[1]() if ref_pair[1] is not None else None
+    return st
+
+
+def fill(target, h: Tensor) -> None:
+    """Give a pending shell (or the storage of one's shallow copies) its host value."""
+    st = h.untyped_storage()
+    is_tensor = isinstance(target, Tensor)
+    memory.settle(target.untyped_storage() if is_tensor else target, st)
+    if is_tensor:
+        if target.__dict__.get("_d", 0) is None:
+            shell.fill(target, h)
+    elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
+        shell.bind(target, st)
+
+
+def live_outputs(records: list) -> set:
+    """{(op, output)} whose pending tensor (or its storage) is still alive."""
+    return {(i, k) for i, rec in enumerate(records) for k, pair in enumerate(rec.outs)
+            if pair is not None and alive(pair) is not None}
