@@ -39,7 +39,8 @@ def build(fused: bool = False) -> str:
     modes = [m + (" + fused" if c else "") for m, c in runs]
     zrows = [(a.name, a.family, [zoo.run(a.name, m, c) for m, c in runs])
              for a in zoo.ARCHS.values()]
-    irows = [(i.name, i.what, [idioms.run(i.name, m, c) for m, c in runs])
+    irows = [(i.name, i.what + ("" if i.exact else " (float32 tolerance, see idioms.py)"),
+              [idioms.run(i.name, m, c) for m, c in runs])
              for i in idioms.IDIOMS.values()]
     zpass = sum(v.ok for _, _, vs in zrows for v in vs)
     ipass = sum(v.ok for _, _, vs in irows for v in vs)

@@ -38,3 +38,12 @@ def test_the_comparison_catches_differences():
 def test_idiom_with_fused_programs(name):
     v = idioms.run(name, "adaptive", compile=True)
     assert v.ok, f"{name} [adaptive+fused]: {v.reason}"
+
+
+def test_the_compatibility_doc_lists_every_row():
+    """docs/compatibility.md is generated (python -m neuron_lab.testing.compat): a new idiom or
+    architecture without a regenerated doc fails here."""
+    from neuron_lab.testing import compat, zoo
+    text = compat.DOC.read_text()
+    for name in [*idioms.IDIOMS, *zoo.ARCHS]:
+        assert f"| {name} |" in text, f"{name}: regenerate docs/compatibility.md"
