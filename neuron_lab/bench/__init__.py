@@ -1,8 +1,8 @@
-"""The benchmark suite: five peers side by side on the workloads the adaptive runtime must win.
+"""The benchmark suite: six peers side by side on the workloads the adaptive runtime must win.
 
 ``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2]``.
 Modules: ``harness`` (timing rules, the per-peer driver), ``peers`` (CPU eager, neuron eager,
-neuron adaptive, torch.compile, torch._lazy), one module per workload group (``micro``:
+neuron adaptive, torch.compile, neuron compiled, torch._lazy), one module per workload group (``micro``:
 W1, W1T, W2; ``training``: W3, W4; ``notebook``: W5), ``models`` (the MLP and tiny GPT),
 ``report`` (table, JSON, plot). Methodology is written in each module's header; results and
 how to reproduce them are in ``docs/benchmarks.md``.

@@ -218,6 +218,8 @@ def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
         out: dict = {}
         if w.peers is not None and peer.name not in w.peers:
             reasons[peer.name] = f"not applicable: {w.key} measures {', '.join(w.peers)} only"
+        elif peer.workloads is not None and w.key not in peer.workloads:
+            reasons[peer.name] = f"not applicable: {peer.label} runs {', '.join(peer.workloads)} only"
         elif peer.unavailable:
             reasons[peer.name] = peer.unavailable
         else:

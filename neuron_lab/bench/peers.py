@@ -1,4 +1,4 @@
-"""The five peers measured side by side, each behind the same small interface.
+"""The six peers measured side by side, each behind the same small interface.
 
 =================  ==================================================================================
 ``native``         CPU eager PyTorch, no device layer.
@@ -7,6 +7,9 @@
 ``compile``        ``torch.compile`` with default settings (inductor, CPU C++ kernels) on CPU
                    tensors; modules are compiled with ``torch.compile(model)``, the optimizer runs
                    eager (the way most users write it).
+``neuron_compile`` ``torch.compile(model, backend="neuron")`` on the ``neuron`` device (the same
+                   inductor code as ``compile``, bound to neuron tensors; docs/compile.md); the
+                   optimizer runs eager in adaptive mode, as ``compile``'s runs eager. W3, W4 only.
 ``lazy``           ``torch._lazy`` (C++ lazy tensor core, TorchScript backend), device ``"lazy"``,
                    ``torch._lazy.mark_step()`` at the end of every iteration.
 =================  ==================================================================================
@@ -29,15 +32,16 @@ import time
 
 import torch
 
-ORDER = ("native", "neuron_eager", "neuron_adaptive", "compile", "lazy")
+ORDER = ("native", "neuron_eager", "neuron_adaptive", "compile", "neuron_compile", "lazy")
 LABELS = {"native": "CPU eager", "neuron_eager": "neuron eager", "neuron_adaptive": "neuron adaptive",
-          "compile": "torch.compile", "lazy": "torch._lazy"}
+          "compile": "torch.compile", "neuron_compile": "neuron compiled", "lazy": "torch._lazy"}
 
 
 class Peer:
     name = "native"
     device = "cpu"
     unavailable: str | None = None
+    workloads: tuple[str, ...] | None = None   # None: every workload
     fresh_repeatable = True     # a second fresh model's first step costs what the first's did
 
     @property
@@ -167,6 +171,26 @@ class Compile(Peer):
         return torch.compile(m)
 
 
+class NeuronCompile(NeuronAdaptive):
+    name = "neuron_compile"
+    fresh_repeatable = False
+    workloads = ("W3", "W4")
+
+    def compile(self, fn):
+        return torch.compile(fn, backend="neuron")
+
+    def module(self, m):
+        return torch.compile(m, backend="neuron")
+
+    def extra(self) -> dict:
+        from neuron_lab.compile import records
+        tc = records.snapshot()
+        out = super().extra()
+        out["torch_compile"] = {k: tc[k] for k in ("frames", "recompiles", "programs", "graph_breaks",
+                                                   "failures", "dynamo_compile_seconds")}
+        return out
+
+
 class Lazy(Peer):
     name, device = "lazy", "lazy"
     fresh_repeatable = False
@@ -191,7 +215,7 @@ class Lazy(Peer):
         torch._lazy.wait_device_ops()
 
 
-_CLASSES = {c.name: c for c in (Peer, NeuronEager, NeuronAdaptive, Compile, Lazy)}
+_CLASSES = {c.name: c for c in (Peer, NeuronEager, NeuronAdaptive, Compile, NeuronCompile, Lazy)}
 
 
 def make(names=ORDER) -> list[Peer]:

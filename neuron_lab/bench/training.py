@@ -74,7 +74,8 @@ def run_w4(peer, cfg) -> dict:
 W3 = Workload(
     "W3", "MLP 256-512-512-10, batch 128, AdamW train step",
     [Metric("steps_per_s", "steps/s", "higher")], run_w3,
-    [Ratio("W3 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.3)])
+    [Ratio("W3 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.3),
+     Ratio("W3 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)])
 
 W4 = Workload(
     "W4", "tiny GPT (2 layers, d=128, T=64, batch 16) AdamW train step",
@@ -82,4 +83,5 @@ W4 = Workload(
      Metric("first_step_s", "s to first step", "lower", log=True),
      Metric("total_s", "s to N steps", "lower", log=True)], run_w4,
     [Ratio("W4 first step adaptive / neuron eager", ("first_step_s", "neuron_adaptive"), ("first_step_s", "neuron_eager"), "<=", 1.2),
-     Ratio("W4 N-step total adaptive / torch.compile", ("total_s", "neuron_adaptive"), ("total_s", "compile"), "<", 1.0)])
+     Ratio("W4 N-step total adaptive / torch.compile", ("total_s", "neuron_adaptive"), ("total_s", "compile"), "<", 1.0),
+     Ratio("W4 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)])

@@ -11,12 +11,15 @@
    for ``neuron`` (``KeyError: 'neuron'``). The patched ``__call__`` hands a graph with any
    input on ``neuron`` to ``neuron_backend`` with the same config patches (``mode=``,
    ``options=``); every other graph takes PyTorch's path unchanged.
+3. FX's global "symbolic trace running" flag counts only in the tracing thread (the adaptive
+   runtime's background compiles trace while the user's thread calls compiled code).
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
 import sys
+import threading
 
 import torch
 
@@ -158,7 +161,39 @@ def _patch_flex_attention() -> None:
     fa._apply_kernel_options = traceable.apply_kernel_options
 
 
+_fx_here = threading.local()
+
+
+def _fx_tracing_flag_per_thread() -> None:
+    """FX's "a symbolic trace is running" flag is one global, set by ``Tracer.trace`` while it
+    traces; dynamo refuses to run a compiled function while it is set ("Detected that you are
+    using FX to symbolically trace a dynamo-optimized function"). The adaptive runtime's
+    background compiles trace (inductor's pattern set-up), so a ``torch.compile``'d model called
+    on the user's thread meanwhile failed. The flag now counts only in the tracing thread."""
+    from torch.fx import _symbolic_trace as st
+    if getattr(st.is_fx_symbolic_tracing, "_neuron_lab", False):
+        return
+    orig_trace = st.Tracer.trace
+
+    def trace(self, *args, **kwargs):
+        depth = getattr(_fx_here, "depth", 0)
+        _fx_here.depth = depth + 1
+        try:
+            return orig_trace(self, *args, **kwargs)
+        finally:
+            _fx_here.depth = depth
+
+    def is_fx_symbolic_tracing() -> bool:
+        return (st._is_fx_tracing_flag and getattr(_fx_here, "depth", 0) > 0
+                and not torch.compiler.is_compiling())
+
+    is_fx_symbolic_tracing._neuron_lab = True
+    st.Tracer.trace = trace
+    st.is_fx_symbolic_tracing = is_fx_symbolic_tracing
+
+
 def install() -> None:
+    _fx_tracing_flag_per_thread()
     _patch_inductor_wrapper()
     _patch_flex_attention()
     if _DYNAMO in sys.modules and hasattr(sys.modules[_DYNAMO], "optimize"):

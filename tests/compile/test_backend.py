@@ -13,9 +13,21 @@ def to_cpu(t):
 torch.manual_seed(0)
 
 
+class MLP(torch.nn.Module):
+    """A module of its own: ``nn.Sequential(...).compile()`` compiles nothing in torch 2.13
+    (Module.compile compiles ``_call_impl``, and Sequential's forward is in dynamo's skip files)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
 def _mlp():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    return MLP()
 
 
 def test_backend_is_registered():
@@ -28,6 +40,7 @@ def test_forward_matches_cpu(how, mode):
     m, x = _mlp(), torch.randn(5, 8)
     ref, ref2 = m(x), m(x * 2)
     mn, xn = _mlp().to("neuron"), x.to("neuron")
+    neuron_lab.compile.records.clear()
     with neuron_lab.mode(mode):
         if how == "backend=neuron":
             f = torch.compile(mn, backend="neuron")
@@ -42,7 +55,8 @@ def test_forward_matches_cpu(how, mode):
         torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-6)
         out2 = f(xn * 2)                   # second call: the compiled program, same guards
         torch.testing.assert_close(out2.cpu(), ref2, rtol=1e-5, atol=1e-6)
-    assert neuron_lab.compile.records.snapshot()["programs"] >= 1
+    snap = neuron_lab.compile.records.snapshot()
+    assert snap["frames"] == 1 and snap["programs"] == 1, snap
 
 
 def test_outputs_are_counted_and_freed():
@@ -120,3 +134,29 @@ def test_a_graph_moving_data_between_devices():
     rd = rd.cpu()
     torch.testing.assert_close(h, rh)
     torch.testing.assert_close(d.cpu(), rd)
+
+
+def test_compiled_code_runs_while_another_thread_fx_traces():
+    """The adaptive runtime's background compiles FX-trace; FX's tracing flag is one global,
+    and dynamo refused to run compiled code on the user's thread while it was set."""
+    import threading
+
+    from torch.fx import _symbolic_trace as st
+    f = torch.compile(lambda a: a.sin() * 2, backend="neuron")
+    x = torch.randn(4)
+    f(x.to("neuron"))
+    inside, release = threading.Event(), threading.Event()
+
+    def traced(a):
+        inside.set()
+        release.wait(30)
+        return a + 1
+
+    t = threading.Thread(target=lambda: st.Tracer().trace(traced))
+    t.start()
+    try:
+        assert inside.wait(30) and st._is_fx_tracing_flag
+        torch.testing.assert_close(f(x.to("neuron")).cpu(), x.sin() * 2)
+    finally:
+        release.set()
+        t.join()
