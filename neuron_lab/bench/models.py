@@ -1,4 +1,5 @@
-"""The models the training workloads run: an MLP (W3, W5) and a tiny GPT (W4), plus one train step.
+"""The models the training workloads run: an MLP (W3, W5), a tiny GPT (W4) and a Transformers
+Llama built from its config (W6, no download), plus one train step.
 
 Both are plain ``nn.Module``s with no dropout and no RNG inside the step, so every peer runs the
 same ops. Attention is written out (matmul, an additive causal mask, softmax) rather than
@@ -16,6 +17,7 @@ from torch import nn
 MLP_SIZES = (256, 512, 512, 10)
 MLP_BATCH = 128
 GPT = dict(vocab=256, d=128, heads=4, layers=2, T=64, batch=16)
+LLAMA = dict(vocab=256, d=128, heads=4, layers=2, T=64, batch=8, ffn=344)
 
 
 def mlp(sizes=MLP_SIZES) -> nn.Module:
@@ -82,12 +84,38 @@ def gpt_batch(device, cfg=GPT, seed=0):
     return idx[:, :-1].contiguous().to(device), idx[:, 1:].reshape(-1).to(device)
 
 
+class Logits(nn.Module):
+    """A Transformers causal LM as ``idx -> logits (B*T, vocab)``, like ``TinyGPT``."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, idx):
+        logits = self.lm(input_ids=idx).logits
+        return logits.view(-1, logits.shape[-1])
+
+
+def llama(cfg=LLAMA) -> nn.Module:
+    """``LlamaForCausalLM`` from a config (random weights, eager attention via SDPA, no KV cache)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    conf = LlamaConfig(vocab_size=cfg["vocab"], hidden_size=cfg["d"], intermediate_size=cfg["ffn"],
+                       num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+                       num_key_value_heads=cfg["heads"], max_position_embeddings=cfg["T"],
+                       use_cache=False, attn_implementation="sdpa")
+    return Logits(LlamaForCausalLM(conf))
+
+
+_MODELS = {"mlp": (mlp, mlp_batch), "gpt": (gpt, gpt_batch), "llama": (llama, lambda dev, seed: gpt_batch(dev, LLAMA, seed))}
+
+
 def make(kind: str, peer, seed: int = 0):
     """(model as the peer runs it, its AdamW, (inputs, targets)) on ``peer``'s device."""
     torch.manual_seed(seed)
-    model = (mlp() if kind == "mlp" else gpt()).to(peer.device)
+    build, data = _MODELS[kind]
+    model = build().to(peer.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batch = (mlp_batch if kind == "mlp" else gpt_batch)(peer.device, seed=seed)
+    batch = data(peer.device, seed=seed)
     return peer.module(model), opt, batch
 
 

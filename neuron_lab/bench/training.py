@@ -1,4 +1,5 @@
-"""Training workloads: an MLP train step (W3) and a tiny GPT train step (W4), both with AdamW.
+"""Training workloads: an MLP (W3), a tiny GPT (W4) and a Transformers Llama (W6) train step,
+all with AdamW.
 
 One iteration = ``zero_grad``, forward, cross-entropy, ``backward``, ``AdamW.step``, then the
 peer's step boundary (``mark_step`` for lazy). Steps do not sync one by one (a training loop
@@ -23,7 +24,7 @@ measurement (a fresh model and a fresh region cache), so it carries one sample.
 from __future__ import annotations
 
 from . import models
-from .harness import Metric, Ratio, Workload, perf, steady
+from .harness import Metric, Ratio, Skip, Workload, perf, steady
 
 
 def _loop(peer, model, opt, batch):
@@ -38,6 +39,16 @@ def _loop(peer, model, opt, batch):
 
 def run_w3(peer, cfg) -> dict:
     it = _loop(peer, *models.make("mlp", peer))
+    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
+            "extra": peer.extra}
+
+
+def run_w6(peer, cfg) -> dict:
+    try:
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise Skip(f"needs Transformers (pip install neuron_lab[bench]): {e}") from None
+    it = _loop(peer, *models.make("llama", peer))
     return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
             "extra": peer.extra}
 
@@ -85,3 +96,11 @@ W4 = Workload(
     [Ratio("W4 first step adaptive / neuron eager", ("first_step_s", "neuron_adaptive"), ("first_step_s", "neuron_eager"), "<=", 1.2),
      Ratio("W4 N-step total adaptive / torch.compile", ("total_s", "neuron_adaptive"), ("total_s", "compile"), "<", 1.0),
      Ratio("W4 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)])
+
+W6 = Workload(
+    "W6", "Transformers Llama (2 layers, d=128, T=64, batch 8, from config) AdamW train step",
+    [Metric("steps_per_s", "steps/s", "higher")], run_w6,
+    [Ratio("W6 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.0),
+     Ratio("W6 adaptive / neuron eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "neuron_eager"), ">=", 1.0),
+     Ratio("W6 adaptive / torch.compile steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "compile"), ">=", 1.0)],
+    peers=("native", "neuron_eager", "neuron_adaptive", "compile"))

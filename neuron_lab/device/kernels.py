@@ -22,7 +22,7 @@ import torch
 
 from . import config, dtypes, hooks, memory, seam, shell, sizing, tracking
 from .executor import host_device
-from .opinfo import OpFacts, facts
+from .opinfo import OpFacts, draws_random, facts
 
 Tensor = torch.Tensor
 _NEURON = "neuron"
@@ -114,7 +114,7 @@ def bad_index(dev) -> RuntimeError:
         f"use device='neuron' or 'neuron:0'")
 
 
-def _policy(f: OpFacts, dts) -> None:
+def _policy(f: OpFacts, dts, rnd: bool) -> None:
     """Trainium rules: host-only dtypes and RNG ops are fallbacks (recorded, maybe raise/warn)."""
     for dt in dts:
         if dt in _HOST_ONLY:
@@ -131,7 +131,7 @@ def _policy(f: OpFacts, dts) -> None:
                 tracking.warn_once(f.name, loc, f"neuron: {f.name} on {dt} falls back to the host "
                                                f"at {loc}; {dtypes.fix_for(dt)}")
             return
-    if f.random:
+    if rnd:
         tracking.record_fallback(f.name, "random number generation runs on the host generator")
 
 
@@ -154,9 +154,10 @@ def execute(f: OpFacts, args, kwargs):
         tracking.record_sync("data-dependent")
     if f.data_dependent:
         tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
-    if f.random or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
-        _policy(f, found + _out_dtype(kwargs))
-        if f.random:
+    rnd = f.random and draws_random(f, args, kwargs)
+    if rnd or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
+        _policy(f, found + _out_dtype(kwargs), rnd)
+        if rnd:
             hargs, hkwargs = hooks.host_generators(f.name, hargs, hkwargs)
     _executed[f.name] += 1
     if f.sizer is not None:

@@ -44,7 +44,7 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw", "target")
+                 "written_kw", "target", "dropout_at")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -66,6 +66,11 @@ class OpFacts:
                                 for a in args))
         self.random = (any(str(a.type).startswith("Generator") for a in args)
                        or self.base in RANDOM or torch.Tag.nondeterministic_seeded in self.tags)
+        # random only through dropout (SDPA's kernels take ``dropout_p`` and are tagged
+        # nondeterministic_seeded): (position, name) of dropout_p; ``draws_random`` reads it
+        self.dropout_at = next(((i, a.name) for i, a in enumerate(args) if a.name == "dropout_p"),
+                               None) if self.random and self.base not in RANDOM and not any(
+            str(a.type).startswith("Generator") for a in args) else None
         self.data_dependent = self.base in DATA_DEPENDENT
         self.mixed_ok = self.base in MIXED_OK or self.name in MIXED_OK_OVERLOADS
         self.has_device_kw = any(a.name == "device" for a in args)
@@ -111,3 +116,16 @@ def facts(op: torch._ops.OpOverload) -> OpFacts:
     if f is None:
         f = _cache[op] = OpFacts(op)
     return f
+
+
+def draws_random(f: OpFacts, args, kwargs) -> bool:
+    """Does this call draw random numbers? ``f.random``, except an op whose only randomness is
+    dropout called with ``dropout_p == 0`` (every attention call of a model in eval mode or
+    without attention dropout): a plain op, neither a host-generator fallback nor a region
+    boundary."""
+    at = f.dropout_at
+    if at is None:
+        return f.random
+    i, name = at
+    p = args[i] if i < len(args) else (kwargs or {}).get(name, 0.0)
+    return p != 0

@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from ..device import events, kernels, memory, shell, tracking
+from ..device.opinfo import draws_random
 from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
@@ -86,8 +87,9 @@ class Engine:
         node = self.node
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
-        if f.random or f.data_dependent or not policy.queueable(f) or \
-                (f.base == "index" and kernels.bool_indexing(f, args)):
+        if (f.random and draws_random(f, args, kwargs)) or f.data_dependent \
+                or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs)) \
+                or (f.base == "index" and kernels.bool_indexing(f, args)):
             if self.records:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)

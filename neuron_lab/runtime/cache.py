@@ -72,11 +72,13 @@ class Region:
         self.fused_launches = 0
         self.verified = 0               # fused launches checked against per-op (NEURON_LAB_VERIFY)
         self.trial = 0
+        self.since_decided = 0          # launches since the policy judged it slower
+        self.backoff = 0                # launches before a slower region is tried again (policy)
         self.per_op_launches = 0
 
     def move(self, to: Status, error: str | None = None) -> bool:
         """The one place a region's status changes (``status.NEXT`` lists the transitions).
-        Leaving ``failed``/``slower``/``evicted`` drops the program. False if the region was
+        Entering ``failed``/``evicted`` drops the program. False if the region was
         evicted meanwhile (the move is ignored)."""
         with _moving:
             if self.status is Status.EVICTED:
@@ -85,7 +87,7 @@ class Region:
             self.status = to
             if error is not None:
                 self.error = error[:500]
-            if to in (Status.SLOWER, Status.FAILED, Status.EVICTED):
+            if to in (Status.FAILED, Status.EVICTED):
                 self.program = None
             return True
 

@@ -2,8 +2,8 @@
 
 The adaptive policy's rule, written down (see ``policy.py``): a region is compiled once it has
 been seen ``NEURON_LAB_COMPILE_AFTER`` times and has at least ``NEURON_LAB_MIN_REGION_OPS`` ops;
-after ``NEURON_LAB_TRIALS`` fused launches its fused time is compared with its per-op replay time
-and the faster one is kept for good.
+then fused and per-op launches alternate until ``NEURON_LAB_TRIALS`` samples of each (or 2 that
+do not overlap) decide; a region judged slower is tried again with backoff.
 """
 import os
 
@@ -23,7 +23,8 @@ COMPILE = Knob("NEURON_LAB_COMPILE", True, boolean, doc="compile hot regions wit
 COMPILE_AFTER = Knob("NEURON_LAB_COMPILE_AFTER", 2, int, doc="hits before a region is compiled")
 MIN_REGION_OPS = Knob("NEURON_LAB_MIN_REGION_OPS", 4, int, doc="smallest region worth compiling")
 TRIALS = Knob("NEURON_LAB_TRIALS", 3, int,
-              doc="fused launches timed before choosing (0: no A/B, compiled regions run fused)")
+              doc="samples of each kind (fused, per-op) that decide a trial at most "
+                  "(0: no A/B, compiled regions run fused)")
 PARALLEL_MIN_NUMEL = Knob("NEURON_LAB_PARALLEL_MIN_NUMEL", 1 << 18, int,
                           doc="regions with smaller tensors compile single-threaded (CPU executor)")
 CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")

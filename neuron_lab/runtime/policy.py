@@ -5,16 +5,30 @@ The rule (thresholds are knobs, see ``knobs.py``):
    program, ~15-20 us on CPU, cannot pay back) or seen fewer than ``COMPILE_AFTER`` times (cold
    code would wait ~2-20 s of compile for nothing).
 2. While compiling, and always for regions that are not compiled, run per-op (replay).
-3. A compiled region enters a trial: its first fused call (which loads the program) is not
-   timed, then fused and per-op launches alternate (an A/B under the same machine load) until
-   each has ``TRIALS`` samples; it keeps whichever has the lower median host time, for good
-   ("fused" or "slower" in the stats). ``TRIALS`` = 0 skips the A/B: a compiled region runs
-   fused (tests that check fused semantics use it, so their counters do not depend on load).
-4. A compile or run failure marks the region per-op for good and records the error.
+3. A compiled region enters a *trial*: its first fused call (which loads the program) is not
+   timed; then per-op and fused launches alternate, so each pair of samples is taken under the
+   same machine load (samples taken while the program was compiling are dropped: the compile
+   thread was competing for the cores). The trial ends as soon as
+   - each kind has ``TRIALS`` samples (3): the lower median host time wins; or
+   - each kind has 2 samples (1 if ``TRIALS`` is 1) and they do not overlap (every sample of
+     one kind faster than every sample of the other): that kind wins.
+   So a region whose fused program is clearly faster pays 2 per-op launches after its compile.
+   ``TRIALS`` = 0 skips the A/B: a compiled region runs fused (tests that check fused semantics
+   use it, so their counters do not depend on load).
+4. A decision stays decided. ``fused`` is final. ``slower`` (per-op won) keeps its program and
+   is tried again after ``backoff`` more launches (``RETRY_AFTER`` = 32 at first, doubling each
+   time per-op wins again, at most 4096): a region judged slower under a transient load (a
+   compile of another region, another process) gets a new trial, and one that is really slower
+   costs one trial per thousands of launches.
+5. A compile or run failure marks the region per-op for good and records the error.
+
+The states and their transitions are ``status.py``'s.
 """
 from __future__ import annotations
 
 import statistics
+
+import torch
 
 from . import compiler, fused, knobs, replay, verify, worker
 from .status import Status
@@ -39,6 +53,17 @@ def queueable(f) -> bool:
     return q
 
 
+def same_device_cast(f, args, kwargs) -> bool:
+    """``_to_copy`` that stays on ``neuron`` (``x.float()``, ``.to(dtype)``, ``.to('neuron')`` of a
+    neuron tensor) is an ordinary op, queued like any other; only a copy to another device is a
+    transfer (and a sync point when it leaves the device). Measured on the W6 Llama step: its
+    rotary embedding's ``position_ids.float()`` cut the forward into two regions."""
+    if f.base != "_to_copy" or not args or args[0].is_cpu:
+        return False
+    dev = kwargs.get("device") if kwargs else None
+    return dev is None or (dev.type if type(dev) is torch.device else str(dev).split(":")[0]) == "neuron"
+
+
 _REASONS = {"_local_scalar_dense": "item", "_to_copy": "cpu", "_copy_from": "cpu",
             "_copy_from_and_resize": "cpu", "copy_": "transfer", "equal": "item",
             "allclose": "item"}
@@ -55,16 +80,29 @@ def boundary_reason(f) -> str:
 
 def run(region, records, needed, stats) -> tuple[float, bool]:
     """Execute a deferred region; returns (host seconds, used the fused program)."""
-    if region.status is Status.TRIAL and knobs.TRIALS.get() <= 0:   # no A/B: fused, for good
-        region.move(Status.FUSED)
-    if region.status is Status.TRIAL:
+    status = region.status
+    if status is Status.FUSED:
+        return _fused_or_per_op(region, records, needed, stats)
+    if status is Status.SLOWER:
+        region.since_decided += 1
+        if region.since_decided < region.backoff or region.program is None:
+            return _per_op(region, records, stats)
+        region.move(Status.TRIAL)                # revisit (rule 4)
+        region.trial = 0
+        status = Status.TRIAL
+    if status is Status.TRIAL:
+        if knobs.TRIALS.get() <= 0:              # no A/B: fused, for good
+            region.move(Status.FUSED)
+            return _fused_or_per_op(region, records, needed, stats)
         region.trial += 1
         if region.trial == 1:                    # first call loads the program: not a sample
+            region.per_op_s.clear()              # samples from before: not under the same load
+            region.fused_s.clear()
             return _fused_or_per_op(region, records, needed, stats, sample=False)
-        if region.trial % 2:                     # A/B under the same load: per-op turn
-            if region.trial == 3:                # forget samples taken before the program
-                region.per_op_s.clear()
-            return _per_op(region, records, stats)
+        if region.trial % 2 == 0:                # A/B under the same load: per-op turn first
+            dt = _per_op(region, records, stats)
+            _decide(region, stats)
+            return dt
     return _fused_or_per_op(region, records, needed, stats)
 
 
@@ -116,13 +154,31 @@ def _per_op(region, records, stats) -> tuple[float, bool]:
     return dt, False
 
 
+RETRY_AFTER, RETRY_MAX = 32, 4096
+
+
+def verdict(fused_s: list, per_op_s: list, trials: int) -> str | None:
+    """Rule 3: "fused", "per-op", or None (keep sampling)."""
+    n = min(len(fused_s), len(per_op_s))
+    if n >= trials:
+        return "fused" if statistics.median(fused_s) <= statistics.median(per_op_s) else "per-op"
+    if n >= min(2, trials):
+        if max(fused_s) < min(per_op_s):
+            return "fused"
+        if max(per_op_s) < min(fused_s):
+            return "per-op"
+    return None
+
+
 def _decide(region, stats) -> None:
-    trials = knobs.TRIALS.get()
-    if region.status is not Status.TRIAL or len(region.fused_s) < trials or len(region.per_op_s) < trials:
+    if region.status is not Status.TRIAL:
         return
-    if statistics.median(region.fused_s) <= statistics.median(region.per_op_s):
+    v = verdict(region.fused_s, region.per_op_s, knobs.TRIALS.get())
+    if v == "fused":
         region.move(Status.FUSED)
-    else:
+    elif v == "per-op":
+        region.backoff = min(RETRY_MAX, region.backoff * 2) if region.backoff else RETRY_AFTER
+        region.since_decided = 0
         region.move(Status.SLOWER)
         stats["compiles_slower"] += 1
 

@@ -8,13 +8,15 @@
        |  +--cancelled at exit-------------------------------+  |
        +--graph build failed--> failed <--compile failed--------+
                                   ^---- run failed / verify mismatch -- trial, fused
+    slower --backoff--> trial
 
     any status --cache eviction--> evicted
 
 - ``recorded``: cached, runs per-op; not (yet) worth compiling (``policy.maybe_compile``).
 - ``queued`` / ``compiling``: a background compile is waiting / running; launches run per-op.
 - ``trial``: compiled; the policy A/B-times fused against per-op launches.
-- ``fused``: decided, launches run the fused program. ``slower``: decided, per-op.
+- ``fused``: decided, launches run the fused program. ``slower``: decided, per-op; tried again
+  (``trial``) after a backoff that doubles each time per-op wins (``policy.py``, rule 4).
 - ``failed``: building, compiling, running or verifying the program failed; per-op for good,
   ``Region.error`` says why.
 - ``evicted``: dropped from the region cache (LRU). Final: news about it from the compile
@@ -49,7 +51,7 @@ NEXT: dict[Status, frozenset] = {
     Status.COMPILING: frozenset({Status.TRIAL, Status.FAILED, Status.RECORDED}),
     Status.TRIAL: frozenset({Status.FUSED, Status.SLOWER, Status.FAILED}),
     Status.FUSED: frozenset({Status.FAILED}),
-    Status.SLOWER: frozenset(),
+    Status.SLOWER: frozenset({Status.TRIAL}),      # revisited with backoff (policy rule 4)
     Status.FAILED: frozenset(),
     Status.EVICTED: frozenset(),
 }

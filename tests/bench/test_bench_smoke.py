@@ -94,6 +94,6 @@ def test_driver_records_errors_as_skips():
 
 
 def test_workload_registry():
-    assert list(WORKLOADS) == ["W1", "W1T", "W2", "W3", "W4", "W5"]
+    assert list(WORKLOADS) == ["W1", "W1T", "W2", "W3", "W4", "W5", "W6"]
     for w in WORKLOADS.values():
         assert w.metrics and all(m.better in ("lower", "higher") for m in w.metrics)

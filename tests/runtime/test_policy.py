@@ -1,0 +1,91 @@
+"""The policy's rule (policy.py header): trials end once decided, medians or separated samples
+decide, a region judged slower is tried again with a doubling backoff. Timings are injected
+(no timed asserts): ``replay.per_op`` and ``fused.run`` report the seconds the test chooses."""
+import pytest
+import torch
+
+from neuron_lab import runtime
+from neuron_lab.runtime import fused, knobs, policy, replay
+from neuron_lab.runtime.status import Status
+
+
+def test_verdict_rule():
+    v = policy.verdict
+    assert v([1.0], [2.0], 3) is None                       # one sample each: keep sampling
+    assert v([1.0, 1.1], [2.0, 2.1], 3) == "fused"          # separated after 2 each
+    assert v([2.0, 2.1], [1.0, 1.1], 3) == "per-op"
+    assert v([1.0, 3.0], [2.0, 2.5], 3) is None             # overlapping: a third sample
+    assert v([1.0, 3.0, 1.2], [2.0, 2.5, 2.2], 3) == "fused"  # medians 1.2 vs 2.2
+    assert v([1.0], [2.0], 1) == "fused"
+
+
+def _step(x):
+    """One launch of the region (5 ops, ended by the sync)."""
+    ((x * 2 + 1).sin() * 3).cos().sum()
+    runtime.sync()
+
+
+def _hot_region(x):
+    for _ in range(3):
+        _step(x)
+    (r,) = [r for r in runtime.engine.cache.regions() if r.ops >= 4]
+    return r
+
+
+@pytest.fixture
+def timings(monkeypatch):
+    """Make per-op launches take ``t["per_op"]`` and fused ones ``t["fused"]`` (host seconds)."""
+    t = {"per_op": 1.0, "fused": 2.0, "kinds": []}
+    real_per_op, real_fused = replay.per_op, fused.run
+
+    def per_op(records):
+        real_per_op(records)
+        t["kinds"].append("per-op")
+        return t["per_op"]
+
+    def run(region, records, needed):
+        dt = real_fused(region, records, needed)
+        if dt is None:
+            return None
+        t["kinds"].append("fused")
+        return t["fused"]
+
+    monkeypatch.setattr(replay, "per_op", per_op)
+    monkeypatch.setattr(fused, "run", run)
+    return t
+
+
+def test_slower_is_revisited_with_a_doubling_backoff(timings):
+    x = torch.randn(64).to("neuron")
+    with knobs.TRIALS.scoped(3):
+        r = _hot_region(x)
+        assert r.status is Status.TRIAL
+        timings["kinds"].clear()
+        for _ in range(5):                    # load (fused), per-op, fused, per-op, fused
+            _step(x)
+        assert r.status is Status.SLOWER and r.backoff == policy.RETRY_AFTER
+        assert r.program is not None          # kept for the revisit
+        n = 0
+        while r.status is Status.SLOWER and n < 1000:    # per-op until the backoff runs out
+            _step(x)
+            n += 1
+        assert n == policy.RETRY_AFTER and r.status is Status.TRIAL
+        timings["per_op"], timings["fused"] = 2.0, 1.0      # the load went away: fused wins
+        for _ in range(5):
+            _step(x)
+        assert r.status is Status.FUSED
+        timings["kinds"].clear()
+        for _ in range(20):                   # decided: every launch fused, no more trials
+            _step(x)
+        assert set(timings["kinds"]) == {"fused"}
+
+
+def test_backoff_doubles_when_per_op_wins_again(timings):
+    x = torch.randn(64).to("neuron")
+    with knobs.TRIALS.scoped(3):
+        r = _hot_region(x)
+        while r.status is not Status.SLOWER:
+            _step(x)
+        for _ in range(policy.RETRY_AFTER + 5):
+            _step(x)
+        assert r.status is Status.SLOWER and r.backoff == 2 * policy.RETRY_AFTER
