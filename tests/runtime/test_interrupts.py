@@ -116,3 +116,54 @@ def test_uncount_survives_an_interrupt_at_the_free():
     assert memory.memory_allocated() == base + 256
     del x
     assert memory.memory_allocated() == base
+
+
+def test_interrupt_at_every_line_of_the_runtime(compile_off):
+    """Deterministic sweep: a SIGINT raised at the n-th profile event (function call and return,
+    builtin call and return) in neuron_lab's code during a deferred loop, for n over all of them
+    (every ``step``-th when there are many). Those are the points where CPython runs a signal's
+    handler (function entry, after a call returns; and loop back-edges), so the handler raises
+    KeyboardInterrupt right there unless a launch defers it. Values and accounting stay exact."""
+    import os
+    import sys
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(neuron_lab.__file__)))
+    pkg = os.path.join(pkg, "neuron_lab") + os.sep
+    expect = [_step(x) for x in _xs()]
+    xs = [x.to("neuron") for x in _xs()]
+    neuron_lab.sync()
+    base = memory.memory_allocated()
+    _loop(xs, [], 8)
+    neuron_lab.sync()
+
+    def run(n):
+        seen = 0
+
+        def prof(frame, event, arg):
+            nonlocal seen
+            if frame.f_code.co_filename.startswith(pkg):
+                seen += 1
+                if seen == n:
+                    signal.raise_signal(signal.SIGINT)
+
+        outs = []
+        sys.setprofile(prof)
+        try:
+            _loop(xs, outs, 4)
+            hit = False
+        except KeyboardInterrupt:
+            hit = True
+        finally:
+            sys.setprofile(None)
+        for j, out in outs:
+            torch.testing.assert_close(out.cpu(), expect[j], rtol=0, atol=0)
+        return seen, hit
+
+    total, _ = run(0)
+    step = max(1, total // 200)
+    hits = sum(run(n)[1] for n in range(1, total + 1, step))
+    assert hits >= len(range(1, total + 1, step)) // 2
+    neuron_lab.sync()
+    gc.collect()
+    assert memory.memory_allocated() == base
