@@ -1,7 +1,7 @@
 """Wiring the ``neuron`` backend into torch.compile, without importing dynamo at import time.
 
 1. ``"neuron"`` is registered with dynamo's backend registry the moment ``torch._dynamo`` is
-   imported (a one-shot import hook; immediately if it is already imported): ``import
+   imported (a one-shot import hook, as for FlexAttention's device check below; immediately if it is already imported): ``import
    neuron_lab`` stays as cheap as before, and ``torch.compile(m, backend="neuron")`` /
    ``torch.compiler.set_default_backend("neuron")`` find the name; the device's own packages
    are added to dynamo's skip list (see ``_SKIPPED``), and graph breaks are recorded with the
@@ -98,13 +98,14 @@ def _watch_graph_breaks() -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``_register_backend`` right after ``torch._dynamo`` finishes importing."""
+    """Runs a callback right after a given module finishes importing (once per module)."""
 
     def __init__(self):
         self.busy = False
+        self.callbacks: dict = {}
 
     def find_spec(self, name, path, target=None):
-        if name != _DYNAMO or self.busy:
+        if name not in self.callbacks or self.busy:
             return None
         self.busy = True
         try:
@@ -113,15 +114,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             self.busy = False
         if spec is None or spec.loader is None:
             return spec
-        loader = spec.loader
-        orig_exec = loader.exec_module
+        orig_exec = spec.loader.exec_module
+        callback = self.callbacks.pop(name)
 
         def exec_module(module):
             orig_exec(module)
-            _remove_finder()
-            _register_backend()
+            if not self.callbacks:
+                _remove_finder()
+            callback()
 
-        loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module
         return spec
 
 
@@ -133,6 +135,18 @@ def _remove_finder() -> None:
         sys.meta_path.remove(_finder)
     except ValueError:
         pass
+
+
+def _after_import(name: str, callback) -> None:
+    """``callback()`` now if ``name`` is imported, else right after it is."""
+    mod = sys.modules.get(name)
+    if mod is not None and getattr(mod, "__spec__", None) is not None \
+            and not getattr(mod.__spec__, "_initializing", False):
+        callback()
+        return
+    _finder.callbacks[name] = callback
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
 
 
 def _patch_inductor_wrapper() -> None:
@@ -195,8 +209,5 @@ def _fx_tracing_flag_per_thread() -> None:
 def install() -> None:
     _fx_tracing_flag_per_thread()
     _patch_inductor_wrapper()
-    _patch_flex_attention()
-    if _DYNAMO in sys.modules and hasattr(sys.modules[_DYNAMO], "optimize"):
-        _register_backend()
-    elif _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    _after_import(_DYNAMO, _register_backend)
+    _after_import("torch.nn.attention.flex_attention", _patch_flex_attention)

@@ -1,6 +1,6 @@
 """IPython magics: ``%neuron``, ``%neuron_mode``, ``%neuron_profile``/``%%neuron_profile``,
 ``%neuron_memory``, ``%neuron_fallbacks``, ``%neuron_regions``, ``%neuron_advise``,
-``%neuron_reset``.
+``%neuron_compile``, ``%neuron_reset``.
 
 Each returns a rich object (``views.Table``/``views.Text``) so the notebook renders HTML and a
 terminal gets text; every option is a ``magic_arguments`` argument with help.
@@ -15,6 +15,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .. import runtime
+from ..compile import records as compile_records
 from ..device import executor, memory, tracking
 from ..telemetry import profile as _profile
 from ..telemetry import store
@@ -48,6 +49,27 @@ def region_table() -> Table:
     return Table("neuron region cache", rows, note=(
         f"{s['regions']} regions, hit rate {s['hit_rate']:.1%}, fused share {s['fused_share']:.1%},"
         f" compiles pending {s['compiles_pending']}, failed {s['compiles_failed']}"))
+
+
+def compile_table() -> Table:
+    tc = compile_records.snapshot()
+    programs = [{"graph": p["graph_id"], "kind": p["kind"], "ops": p["nodes"],
+                 "compile_s": p["seconds"], "opaque ops": p["opaque_ops"]}
+                for p in tc["recent_programs"][-10:]]
+    breaks = [{"where": b["location"], "reason": b["reason"], "count": b["count"]}
+              for b in tc["graph_break_sites"]]
+    recompiles = [{"function": r["function"], "where": r["location"], "failed guard": r["failed_guard"]}
+                  for r in tc["recent_recompiles"][-10:]]
+    failures = [{"where": f["location"], "error": f["error"], "ran": f["fallback"]}
+                for f in tc["recent_failures"][-10:]]
+    return Table("torch.compile on neuron: compiled programs (newest last)", programs,
+                 ["graph", "kind", "ops", "compile_s", "opaque ops"],
+                 note=(f"{tc['frames']} frames, {tc['programs']} programs, {tc['recompiles']} "
+                       f"recompiles, {tc['graph_breaks']} graph breaks, {tc['failures']} failures, "
+                       f"{tc['dynamo_compile_seconds']:.1f} s compiling"),
+                 sections=[Table("graph breaks", breaks, ["where", "reason", "count"]),
+                           Table("recompiles", recompiles, ["function", "where", "failed guard"]),
+                           Table("compile failures (ran eagerly)", failures, ["where", "error", "ran"])])
 
 
 @contextlib.contextmanager
@@ -207,6 +229,11 @@ class NeuronMagics(Magics):
                      ["kind", "where", f"{args.chip} cost", "message", "fix"],
                      note="" if rows else "nothing to advise: no hot sync, fallback, unfused "
                                           "region, recompile, memory pressure or host-bound cell")
+
+    @line_magic
+    def neuron_compile(self, line: str = ""):
+        """What torch.compile did on neuron: programs, graph breaks, recompiles, failures."""
+        return compile_table()
 
     @magic_arguments()
     @argument("--cache", action="store_true", help="also forget cached regions")

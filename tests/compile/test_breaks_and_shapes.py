@@ -102,3 +102,17 @@ def test_metrics_show_graphs_breaks_recompiles_and_time():
     report = neuron_lab.metrics_report()
     assert "Metric: TorchCompile" in report and "graph break x" in report
     assert "recompile of _branchy" in report
+
+
+def test_neuron_compile_magic_lists_programs_breaks_and_recompiles():
+    from IPython.core.interactiveshell import InteractiveShell
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "neuron_lab")
+    records.clear()
+    f = torch.compile(_branchy, backend="neuron")
+    w = torch.randn(6, 6).to("neuron")
+    f(torch.rand(4, 6).to("neuron"), w)
+    f(torch.rand(5, 6).to("neuron"), w)
+    text = repr(ip.run_line_magic("neuron_compile", ""))
+    assert "torch.compile on neuron" in text and "Data-dependent branching" in text
+    assert "recompiles" in text and "size mismatch" in text
