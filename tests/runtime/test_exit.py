@@ -61,9 +61,10 @@ def test_exit_drops_queued_compiles(tmp_path):
 
 def test_evicted_region_is_dropped_from_the_queue(fresh_engine, monkeypatch):
     import threading
-    compiled, release = [], threading.Event()
+    compiled, started, release = [], threading.Event(), threading.Event()
 
     def fake_compile(region, *a):       # the first compile blocks: later ones wait in the queue
+        started.set()
         release.wait(60)
         compiled.append(region.id)
         worker._add("queued", -1)
@@ -76,6 +77,8 @@ def test_evicted_region_is_dropped_from_the_queue(fresh_engine, monkeypatch):
                 x = torch.ones(n).to("neuron")     # a transfer: not a region of its own
                 for _ in range(3):
                     (x * 2 + 1).sin().cos().sum().item()
+                if n == 3:              # the worker holds the first region before the next come
+                    assert started.wait(30)
             live = {r["id"] for r in runtime.regions()}
         finally:
             release.set()
