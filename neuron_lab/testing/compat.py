@@ -80,6 +80,9 @@ def build(fused: bool = False) -> str:
         "lists (`ATen/autocast_mode.h`): softmax, log_softmax, layer_norm, sums and losses run in "
         "float32. CPU's autocast keeps softmax/log_softmax/layer_norm in bfloat16, so a model "
         "whose autocast region holds those ops matches CUDA's policy, not CPU's numbers.",
+        "- **Intermittent (fused programs):** " + "; ".join(
+            f"{k}: {v}" for k, v in zoo.FUSED_FLAKY.items())
+        + " — once in a few runs with freshly compiled programs (see `zoo.FUSED_FLAKY`).",
         "- **Dtypes the host kernel lacks** (int `histc`, bool `abs`/`trace`, half-precision "
         "pooling and margin losses) are computed another way, per op: see "
         "[device-contract.md](device-contract.md#dtypes-the-host-kernel-lacks).",

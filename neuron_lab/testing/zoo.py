@@ -231,10 +231,11 @@ def _close(a: torch.Tensor, b: torch.Tensor, exact: bool, kind: str) -> bool:
     return torch.allclose(a, b, equal_nan=True, **TOL[kind])
 
 
-# Fused-program runs that fail today, with the error (tests check it, so a fix shows up):
-# an inductor program's output strides differ from eager's and a later .view() in T5's
-# attention refuses them; the runtime's compiler owns it.
-FUSED_KNOWN = {"t5": "view size is not compatible with input tensor's size and stride"}
+# Fused-program runs that fail intermittently, with the error: T5 with freshly compiled
+# (not cached) programs once in a few runs fails a .view() in its attention ("view size is not
+# compatible with input tensor's size and stride"): an inductor program's output strides differ
+# from eager's. The runtime's compiler owns it; the slow test marks it xfail (not strict).
+FUSED_FLAKY = {"t5": "view size is not compatible with input tensor's size and stride"}
 
 
 _cpu_cache: dict[str, Trace] = {}
