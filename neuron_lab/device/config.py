@@ -76,6 +76,10 @@ class Knob(Generic[T]):
         v = self._value
         if v is not _UNSET:
             return v
+        return self.env_value()
+
+    def env_value(self) -> T:
+        """The environment variable's value (or the default), ignoring any in-process setting."""
         v = self._env_value
         if v is _UNSET:
             v = self._env_value = self._read_env()
@@ -126,9 +130,9 @@ def validate_environment() -> None:
     """Read every knob's variable now (``import neuron_lab`` calls this): a bad value raises
     ``ConfigError`` naming the variable and its allowed values at import, not at the first op
     that reads it. An unknown ``NEURON_LAB_*`` name (a typo) warns with the closest known one."""
-    for knob in list(KNOBS.values()):
+    for knob in list(KNOBS.values()):       # the variable, even where a value is set in-process
         knob.refresh()
-        knob.get()
+        knob.env_value()
     for name in os.environ:
         if name.startswith("NEURON_LAB_") and name not in KNOBS and name not in SCRIPT_VARIABLES:
             close = difflib.get_close_matches(name, list(KNOBS), n=1)

@@ -62,18 +62,17 @@ def test_forward_matches_cpu(how, mode):
 def test_outputs_are_counted_and_freed():
     """Eager mode: in adaptive mode the slice below is a deferred op whose queue holds its
     input until the next boundary, which is the runtime's accounting, not the graph's."""
-    neuron_lab.set_mode("eager")
-    f = torch.compile(lambda a: (a.sin() + 1).reshape(-1), backend="neuron")
-    a = torch.randn(256, 64).to("neuron")
-    f(a)                                           # compile; result dropped at once
-    before = torch.neuron.memory_allocated()
-    y = f(a)
-    assert torch.neuron.memory_allocated() == before + y.numel() * 4
-    view = f(a)[:10]                               # a view keeps its base's storage counted
-    assert torch.neuron.memory_allocated() == before + 2 * y.numel() * 4
-    del y, view
-    assert torch.neuron.memory_allocated() == before
-    neuron_lab.set_mode("adaptive")
+    with neuron_lab.mode("eager"):
+        f = torch.compile(lambda a: (a.sin() + 1).reshape(-1), backend="neuron")
+        a = torch.randn(256, 64).to("neuron")
+        f(a)                                           # compile; result dropped at once
+        before = torch.neuron.memory_allocated()
+        y = f(a)
+        assert torch.neuron.memory_allocated() == before + y.numel() * 4
+        view = f(a)[:10]                               # a view keeps its base's storage counted
+        assert torch.neuron.memory_allocated() == before + 2 * y.numel() * 4
+        del y, view
+        assert torch.neuron.memory_allocated() == before
 
 
 def test_output_aliasing_an_input_is_the_input():

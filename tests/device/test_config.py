@@ -46,7 +46,7 @@ def test_bad_value_names_the_variable_and_allowed_values(fresh_env, name, value,
 def test_good_values_parse(fresh_env, name, value, expected):
     fresh_env.setenv(name, value)
     config.validate_environment()
-    assert config.KNOBS[name].get() == expected
+    assert config.KNOBS[name].env_value() == expected
 
 
 def test_in_process_settings_are_checked_the_same_way():
@@ -73,3 +73,12 @@ def test_import_fails_at_import_naming_the_variable():
     assert r.returncode != 0 and "imported" not in r.stdout
     assert "ConfigError: NEURON_LAB_MODE='bogus' is not valid: expected one of 'eager', " \
            "'adaptive'" in r.stderr
+
+
+def test_a_bad_variable_fails_even_with_a_value_set_in_process(fresh_env):
+    """``set_mode`` (an in-process value) does not hide a bad ``NEURON_LAB_MODE`` from the check
+    (the suite ran this file after a test that left the mode set, and 'bogus' passed)."""
+    from neuron_lab.runtime import knobs
+    fresh_env.setenv("NEURON_LAB_MODE", "bogus")
+    with knobs.MODE.scoped("eager"), pytest.raises(config.ConfigError, match="NEURON_LAB_MODE"):
+        config.validate_environment()
