@@ -31,8 +31,10 @@ from .device.custom_kernels import kernel  # noqa: E402
 from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
 from .compile import install as _install_compile  # noqa: E402
+from .distributed import register as _register_distributed  # noqa: E402
 
 _install_compile()   # the "neuron" torch.compile backend (registered when dynamo is imported)
+_register_distributed()   # the 'neuron' collective backend for torch.distributed
 
 _config.validate_environment()   # every NEURON_LAB_* knob is now defined: fail here, by name
 _ready = True

@@ -24,6 +24,8 @@ Event kinds and their payload keys (all values JSON-safe):
 ``flush``          reason (same vocabulary as sync), ops (int), depth (queue depth before),
                    where (the user's line where the region ended, a token as for ``sync``)
 ``oom``            requested (int), allocated (int), capacity (int)
+``collective``     op ("all_reduce" | "broadcast" | ...), nbytes (int), seconds (float, issue to
+                   completion; emitted from the transport's thread)
 =================  =====================================================================
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ FALLBACK = "fallback"
 TRANSFER = "transfer"
 FLUSH = "flush"
 OOM = "oom"
+COLLECTIVE = "collective"
 
 _listeners: tuple[Listener, ...] = ()
 _lock = threading.Lock()

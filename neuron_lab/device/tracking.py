@@ -34,6 +34,8 @@ executed: Counter = Counter()  # op name -> count; mutated on the hot path witho
 _fallbacks: dict[tuple[str, str], dict[str, Any]] = {}
 _syncs: Counter = Counter()
 _transfer = {"h2d_bytes": 0, "d2h_bytes": 0, "h2d_count": 0, "d2h_count": 0}
+_collective = {"collectives": 0, "collective_bytes": 0, "collective_s": 0.0}
+_collective_ops: Counter = Counter()
 _warned: set[tuple[str, str]] = set()
 _seq = 0
 
@@ -151,6 +153,24 @@ def record_transfer(direction: str, nbytes: int) -> None:
         events.emit(events.TRANSFER, direction=direction, nbytes=nbytes)
 
 
+def record_collective(op: str, nbytes: int, seconds: float) -> None:
+    """One finished collective (``all_reduce``...): its payload bytes and seconds from issue to
+    completion. Called from the transport's thread when the collective completes."""
+    with _lock:
+        _collective["collectives"] += 1
+        _collective["collective_bytes"] += nbytes
+        _collective["collective_s"] += seconds
+        _collective_ops[op] += 1
+    if events.active():
+        events.emit(events.COLLECTIVE, op=op, nbytes=nbytes, seconds=seconds)
+
+
+def collective_ops() -> dict[str, int]:
+    """{collective name: count} of the collectives run on neuron tensors."""
+    with _lock:
+        return dict(_collective_ops)
+
+
 def executed_ops() -> dict[str, int]:
     return dict(executed)
 
@@ -171,9 +191,10 @@ def counters() -> dict[str, Any]:
     "dictionary changed size during iteration" in the pusher thread."""
     with _lock:
         fallbacks = sum(r["count"] for r in _fallbacks.values())
+        coll = dict(_collective)
     return {"ops": sum(executed.values()), "distinct_ops": len(executed),
             "fallbacks": fallbacks,
-            "syncs": dict(_syncs), "sync_total": sum(_syncs.values()), **_transfer}
+            "syncs": dict(_syncs), "sync_total": sum(_syncs.values()), **_transfer, **coll}
 
 
 def clear_op_tracking() -> None:
@@ -184,3 +205,6 @@ def clear_op_tracking() -> None:
         _warned.clear()
         for k in _transfer:
             _transfer[k] = 0
+        for k in _collective:
+            _collective[k] = 0
+        _collective_ops.clear()
