@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import executor
+from . import executor, memory, seam, shell
 
 _ext = None
 
@@ -36,9 +36,32 @@ def install() -> bool:
         ext = native.load()
     except RuntimeError:
         return False
-    ext.install_hooks(_host_generator, executor.host_device().type == "cuda")
+    ext.install_hooks(_host_generator, executor.host_device().type == "cuda", resize_storage)
     _ext = ext
     return True
+
+
+def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
+    """``untyped_storage().resize_(nbytes)`` on a neuron storage (the C++ hook calls this).
+
+    FSDP2 frees an unsharded parameter's bytes with ``resize_(0)`` after use and re-allocates
+    them with ``resize_(n)`` before the next all-gather writes into them; every tensor viewing
+    the storage stays valid. Queued work runs first (it may read or write these bytes); the host
+    storage is resized in place, so every host view follows; growth past the modelled HBM
+    raises ``OutOfMemoryError`` before anything changes."""
+    seam.flush("storage-resize")
+    h = getattr(st, "_h", 0)
+    if h is None or h == 0:
+        raise RuntimeError(
+            f"neuron: UntypedStorage.resize_({nbytes}) on device neuron:0: this storage has no "
+            "device data (it was not created by neuron_lab); make it with "
+            "torch.UntypedStorage(n, device='neuron') or from a neuron tensor")
+    old = memory.counted_bytes(h)
+    if old is not None and nbytes > old:
+        memory.check(nbytes - old, "UntypedStorage.resize_")
+    h.resize_(nbytes)
+    shell.bind(st, h)
+    memory.retrack(h)
 
 
 def pin_device_tensor(self, device=None):

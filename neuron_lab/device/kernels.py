@@ -208,6 +208,11 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
             _regrow(f.name, h, orig)
             shell.restride(orig, h)
         return orig
+    if alias is not None and not alias[2]:       # a view of an argument: shares its storage
+        where = alias[0]
+        base = args[where] if type(where) is int and where < len(args) else kwargs.get(where)
+        if isinstance(base, Tensor) and base.device.type == _NEURON:
+            return shell.view_of(base, h)
     return shell.wrap(h)
 
 

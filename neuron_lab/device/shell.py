@@ -74,10 +74,32 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
         hs = h.untyped_storage()
         s = _create((0,), h.dtype)
         _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
-    if h.is_conj():       # conjugate/negative views are bits on the TensorImpl, not in the bytes
-        _set_conj(s, True)
-    if h.is_neg():
-        _set_neg(s, True)
+    _copy_bits(h, s)
+    s._d = h
+    return s
+
+
+def _copy_bits(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Conjugate/negative views are bits on the TensorImpl, not in the bytes: copy them over."""
+    if src.is_conj():
+        _set_conj(dst, True)
+    if src.is_neg():
+        _set_neg(dst, True)
+
+
+def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """A shell for ``h``, a host view of shell ``base``'s bytes (``view``, slicing, ``t``,
+    ``as_strided``...), on ``base``'s own storage: as on any device, a view shares its base's
+    StorageImpl, so ``untyped_storage()``, ``torch._C._is_alias_of`` and everything keyed by
+    storage (c10d's registry of in-flight collectives that ``wait_tensor`` looks up, DDP's
+    bucket views) see one storage. Falls back to ``wrap`` when ``h`` is not on ``base``'s bytes."""
+    st = base.untyped_storage()
+    hs = getattr(st, "_h", None)
+    if hs is None or hs._cdata != h.untyped_storage()._cdata:
+        return wrap(h)
+    s = _create((0,), h.dtype)
+    _set_storage.redispatch(_CPU, s, st, h.storage_offset(), h.shape, h.stride())
+    _copy_bits(h, s)
     s._d = h
     return s
 
@@ -156,9 +178,6 @@ def _recover(s: torch.Tensor):
         return None
     from .executor import host_device
     d = _empty(0, dtype=s.dtype, device=host_device()).set_(hs, s.storage_offset(), s.size(), s.stride())
-    if s.is_conj():
-        _set_conj(d, True)
-    if s.is_neg():
-        _set_neg(d, True)
+    _copy_bits(s, d)
     s._d = d
     return d

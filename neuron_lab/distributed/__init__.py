@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
-from . import backend, collectives
+from . import backend, collectives, functional
 
 
 class RankInfo(NamedTuple):
@@ -32,9 +32,8 @@ def rank_info() -> RankInfo:
 
 def register() -> None:
     """Register the backend and the collective kernels (idempotent)."""
-    from .. import runtime
-    collectives.flush_hook = runtime.engine.flush
     collectives.register()
+    functional.register()
     backend.register()
 
 

@@ -23,6 +23,8 @@ Meta), and each does, in order:
    carries the ``neuron`` tensors (DDP's reducer reads the bucket from it); its completion
    records the collective's bytes and seconds in the device's counters
    (``tracking.record_collective``, event ``collective``).
+Functional collectives (DTensor, tensor parallel) reach these kernels through
+``functional.py``, which in adaptive mode waits for them before returning (see its header).
 
 Bytes follow nccl-tests' "size": the larger of the bytes a rank passes in and gets out (the
 buffer of an all-reduce, the gathered output of an all-gather, the input of a reduce-scatter).
@@ -34,6 +36,7 @@ import warnings
 
 import torch
 
+from .. import runtime
 from ..device import shell, tracking
 from ..device.executor import host_device
 
@@ -63,7 +66,6 @@ OPS: dict[str, tuple[str, bool]] = {
     "recv_any_source_": ("recv_any_source", False),
 }
 
-flush_hook = None      # set by ``register``: fn(reason) flushes the adaptive queue
 _libs: list = []
 
 
@@ -76,16 +78,17 @@ def _to_host(a):
     return a
 
 
-def _tensors(a):
+def tensors_in(a):
+    """The tensors in ``a`` (a tensor or nested lists of them)."""
     if isinstance(a, torch.Tensor):
         yield a
     elif isinstance(a, (list, tuple)):
         for x in a:
-            yield from _tensors(x)
+            yield from tensors_in(x)
 
 
 def _nbytes(a) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(a))
+    return sum(t.numel() * t.element_size() for t in tensors_in(a))
 
 
 def _payload(name: str, args) -> int:
@@ -130,8 +133,7 @@ def _kernel(name: str):
     user_name, returns_first = OPS[name]
 
     def kernel(*args):
-        if flush_hook is not None:
-            flush_hook("collective")
+        runtime.engine.flush("collective")
         ensure_host_backend(_group_of(name, args))
         host_args = tuple(_to_host(a) for a in args)
         done = Completion(user_name, args[0] if args else None, _payload(name, args))
@@ -163,7 +165,7 @@ class Completion:
         r = self.result
         if r is None:
             return []
-        return [r] if isinstance(r, torch.Tensor) else list(_tensors(r))
+        return [r] if isinstance(r, torch.Tensor) else list(tensors_in(r))
 
     def record(self) -> None:
         if not self.recorded:

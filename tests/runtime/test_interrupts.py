@@ -53,6 +53,7 @@ def test_interrupts_keep_handed_out_values(compile_off, mode):
     with neuron_lab.mode(mode):
         xs = [x.to("neuron") for x in _xs()]
         neuron_lab.sync()
+        gc.collect()                     # earlier tests' cyclic garbage must not die mid-test
         base = memory.memory_allocated()
         t0 = time.perf_counter()
         _loop(xs, [], 32)                # warm: the regions are known, later loops defer
@@ -89,6 +90,7 @@ def test_uncount_survives_an_interrupt_at_the_free():
     """The memory accounting's weakref callback is where a storage's bytes are uncounted; an
     interrupt raised while a storage dies must not lose that uncount."""
     neuron_lab.sync()
+    gc.collect()                         # earlier tests' cyclic garbage must not die mid-test
     base = memory.memory_allocated()
     hit = 0
 

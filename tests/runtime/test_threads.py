@@ -6,6 +6,7 @@ engine (capture, deferral, divergence, launch, materialize). Before the engine l
 raised IndexError/shape errors from another thread's records and, worse, handed one thread
 another thread's output.
 """
+import gc
 import sys
 import threading
 
@@ -106,6 +107,7 @@ def test_memory_accounting_exact_after_threads(compile_off):
     in whichever thread drops it): afterwards memory_allocated() is back where it started."""
     from neuron_lab.device import memory
     neuron_lab.sync()
+    gc.collect()                         # earlier tests' cyclic garbage must not die mid-test
     base = memory.memory_allocated()
 
     def work(i, iters):

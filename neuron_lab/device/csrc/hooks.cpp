@@ -22,6 +22,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/Storage.h>
 
 #include <cstring>
 #include <map>
@@ -35,6 +36,7 @@ namespace {
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 
 PyObject* generator_factory = nullptr;  // fn(default: bool) -> torch.Generator on the host
+PyObject* storage_resizer = nullptr;    // fn(storage: UntypedStorage, nbytes: int), in Python
 bool host_is_cuda = false;
 
 // --- pinned memory -------------------------------------------------------------------------
@@ -176,9 +178,14 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     return at::make_generator<NeuronGenerator>(new_host_generator(false));
   }
 
-  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
-    TORCH_CHECK(false, "neuron: resizing a neuron storage in place is not supported on device "
-                "neuron:0; resize the tensor instead (tensor.resize_(...)), or make a new one");
+  // `untyped_storage().resize_(n)` (FSDP2 frees and re-allocates its unsharded parameters this
+  // way): the Python side flushes queued work, resizes the host storage in place (every view of
+  // it sees the new bytes), rebinds this storage's address and size, and accounts the memory.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    TORCH_CHECK(storage_resizer != nullptr, "neuron: storage resize_ needs neuron_lab's hooks");
+    py::gil_scoped_acquire gil;
+    auto obj = py::reinterpret_steal<py::object>(THPStorage_Wrap(storage));
+    py::reinterpret_borrow<py::object>(storage_resizer)(obj, nbytes);
   }
 
  private:
@@ -191,14 +198,16 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 }  // namespace
 
 void init_hooks(py::module_& m) {
-  m.def("install_hooks", [](py::object factory, bool cuda) {
+  m.def("install_hooks", [](py::object factory, bool cuda, py::object resizer) {
     Py_XINCREF(factory.ptr());   // owned for the life of the process, like the hooks
     generator_factory = factory.ptr();
+    Py_XINCREF(resizer.ptr());
+    storage_resizer = resizer.ptr();
     host_is_cuda = cuda;
     static NeuronHooks hooks;    // PyTorch keeps the pointer until exit
     at::RegisterPrivateUse1HooksInterface(&hooks);
-  }, "Register the neuron PrivateUse1 hooks (pinned memory, generators); factory(default) "
-     "returns a host torch.Generator. Once per process, before any other hooks.");
+  }, "Register the neuron PrivateUse1 hooks (pinned memory, generators, storage resize); "
+     "factory(default) returns a host torch.Generator, resizer(storage, nbytes) resizes one. Once per process, before any other hooks.");
   m.def("host_generator", [](py::object gen) -> py::object {
     TORCH_CHECK(THPGenerator_Check(gen.ptr()), "neuron: expected a torch.Generator");
     const at::Generator& g = reinterpret_cast<THPGenerator*>(gen.ptr())->cdata;
