@@ -2,7 +2,8 @@
 
 The script runs as ``__main__`` the way ``python SCRIPT.py`` would run it (``sys.argv`` is the
 script and its arguments, the script's folder is ``sys.path[0]``), after ``import neuron_lab``
-has registered the device. At exit the adaptive queue is flushed, the metrics report is printed
+has registered the device. Under ``torchrun`` every rank runs it: each prints its own report
+(its header names the rank) and ``--json m.json`` writes ``m.rank<N>.json`` per rank. At exit the adaptive queue is flushed, the metrics report is printed
 on stderr (stdout stays the script's) and optionally saved as JSON; the process exits with the
 script's own exit code: ``sys.exit(n)`` -> n, ``sys.exit("msg")`` -> the message and 1, an
 uncaught exception -> its traceback and 1, Ctrl-C -> 130. While fused programs compile in the
@@ -62,6 +63,17 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
+def _per_rank(path: str) -> str:
+    """Under a launcher with several ranks (torchrun), each rank writes its own report:
+    ``m.json`` -> ``m.rank0.json``, ``m.rank1.json``..."""
+    from .distributed import rank_info
+    info = rank_info()
+    if info.world_size <= 1:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.rank{info.rank}{ext or '.json'}"
+
+
 def run(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m neuron_lab run",
                                 description="Run a script on the neuron device and report.")
@@ -102,7 +114,7 @@ def run(argv: list[str]) -> int:
         if not a.quiet:
             print(neuron_lab.metrics_report(), file=sys.stderr)
         if a.json:
-            with open(a.json, "w") as f:
+            with open(_per_rank(a.json), "w") as f:
                 json.dump(neuron_lab.metrics(), f, indent=1, default=str)
     return code
 

@@ -37,6 +37,8 @@ import warnings
 import torch
 
 from .. import runtime
+from . import checks
+from .checks import tensors_in
 from ..device import shell, tracking
 from ..device.executor import host_device
 
@@ -69,6 +71,9 @@ OPS: dict[str, tuple[str, bool]] = {
 _libs: list = []
 
 
+USER_NAMES = {name: user for name, (user, _) in OPS.items()}
+
+
 def _to_host(a):
     """Host view of a neuron tensor (nested lists too); anything else unchanged."""
     if isinstance(a, torch.Tensor):
@@ -76,15 +81,6 @@ def _to_host(a):
     if isinstance(a, (list, tuple)):
         return type(a)(_to_host(x) for x in a)
     return a
-
-
-def tensors_in(a):
-    """The tensors in ``a`` (a tensor or nested lists of them)."""
-    if isinstance(a, torch.Tensor):
-        yield a
-    elif isinstance(a, (list, tuple)):
-        for x in a:
-            yield from tensors_in(x)
 
 
 def _nbytes(a) -> int:
@@ -131,14 +127,23 @@ def _group_of(name: str, args):
 def _kernel(name: str):
     op = getattr(torch.ops.c10d, name).default
     user_name, returns_first = OPS[name]
+    sync_at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "async_op"), None)
 
     def kernel(*args):
         runtime.engine.flush("collective")
-        ensure_host_backend(_group_of(name, args))
+        group = _group_of(name, args)
+        ensure_host_backend(group)
+        checks.agree(name, USER_NAMES, args, group)
         host_args = tuple(_to_host(a) for a in args)
         done = Completion(user_name, args[0] if args else None, _payload(name, args))
-        out = op(*host_args)
-        work = done.work(C.Work.unbox(out[1] if returns_first else out))
+        try:
+            out = op(*host_args)
+            inner = C.Work.unbox(out[1] if returns_first else out)
+            if sync_at is not None and sync_at < len(args) and not args[sync_at]:
+                inner.wait()       # async_op=False: errors raise here, named (see ``checks``)
+        except RuntimeError as e:
+            raise checks.transport_error(user_name, e) from e
+        work = done.work(inner)
         return (args[0], work.boxed()) if returns_first else work.boxed()
 
     kernel.__name__ = f"neuron_{name}"
@@ -177,13 +182,19 @@ class Completion:
             fut = inner.get_future()
         except RuntimeError:                 # "Work::getFuture not implemented" (gloo)
             def wait(timeout):
-                ok = inner.wait(timeout) if timeout else inner.wait()
+                try:
+                    ok = inner.wait(timeout) if timeout else inner.wait()
+                except RuntimeError as e:
+                    raise checks.transport_error(self.op, e) from e
                 self.record()
                 return ok
             return C.PythonCallbackWork(wait)
 
         def finish(f):
-            f.value()                        # re-raises gloo's error (timeout, peer gone...)
+            try:
+                f.value()                    # re-raises gloo's error (timeout, peer gone...)
+            except RuntimeError as e:
+                raise checks.transport_error(self.op, e) from e
             self.record()
             return self.values()
 

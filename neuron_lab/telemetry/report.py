@@ -1,7 +1,7 @@
 """``metrics()`` (a JSON-safe snapshot) and ``metrics_report()`` (text, like torch_xla's)."""
 from __future__ import annotations
 
-from .. import runtime
+from .. import distributed, runtime
 from ..compile import records as compile_records
 from ..device import executor, memory, tracking
 from .store import store
@@ -29,7 +29,7 @@ def metrics() -> dict:
             "fallbacks": tracking.fallback_ops(), "cells": cells,
             "compiles": compiles, "launch_records": launches,
             "fallback_events": fallback_events, "sites": store.sites(),
-            "torch_compile": compile_records.snapshot()}
+            "torch_compile": compile_records.snapshot(), "distributed": distributed.summary()}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -43,7 +43,9 @@ def _fmt_bytes(n: float) -> str:
 def metrics_report() -> str:
     m = metrics()
     c, r, mem = m["counters"], m["runtime"], m["memory"]
-    lines = [f"neuron_lab metrics (device neuron:0 on {m['executor']}, mode {m['mode']})",
+    d = m["distributed"]
+    lines = [f"neuron_lab metrics (device neuron:0 on {m['executor']}, mode {m['mode']}"
+             + (f", rank {d['rank']} of {d['world_size']})" if d["world_size"] > 1 else ")"),
              f"Metric: Ops\n  TotalOps: {c['ops']}\n  DistinctOps: {c['distinct_ops']}",
              f"Metric: Launches\n  PerOp: {r['launches_per_op']}\n  Fused: {r['launches_fused']}"
              f"\n  FusedShareOfOps: {r['fused_share']:.1%}",
@@ -76,6 +78,11 @@ def metrics_report() -> str:
                            for b in tc["graph_break_sites"][:3])
                  + "".join(f"\n  compile failure at {f['location']}: {f['error']} (ran {f['fallback']})"
                            for f in tc["recent_failures"][-3:]))
+    if d["world_size"] > 1 or d["collectives"]:
+        lines.append(f"Metric: Distributed\n  Rank: {d['rank']}\n  WorldSize: {d['world_size']}\n"
+                     f"  Backend: {d['backend']}\n  Collectives: {d['collectives']}\n"
+                     f"  Bytes: {_fmt_bytes(d['collective_bytes'])}\n  Seconds: {d['collective_s']:.3f}"
+                     + "".join(f"\n  {k}: {v}" for k, v in sorted(d["ops"].items())))
     top = sorted(m["executed_ops"].items(), key=lambda kv: -kv[1])[:10]
     lines.append("Top ops:" + "".join(f"\n  {k}: {v}" for k, v in top))
     return "\n".join(lines)
