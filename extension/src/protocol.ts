@@ -144,6 +144,18 @@ export interface ISnapshotMsg extends IEnvelope<'snapshot'> {
   cell_ids?: Record<string, string>;
   /** the advisor's top findings (neuron_lab.advise()), ranked */
   advice?: IFinding[];
+  /** the kernel's place in its torch.distributed job (world_size 1 without one) */
+  distributed?: IDistributed;
+}
+
+export interface IDistributed {
+  rank: number;
+  world_size: number;
+  /** e.g. "neuron:neuron"; null without a process group */
+  backend: string | null;
+  collectives: number;
+  collective_bytes: number;
+  collective_s: number;
 }
 
 export interface IMemoryMsg extends IEnvelope<'memory'>, IMemorySample {}

@@ -13,6 +13,7 @@
  */
 import {
   ICellRecord,
+  IDistributed,
   IFallbackRow,
   IFinding,
   IHelloMsg,
@@ -52,6 +53,8 @@ export interface IState {
   cellIds: Record<string, string>;
   /** the advisor's findings from the last snapshot, ranked */
   advice: IFinding[];
+  /** the kernel's torch.distributed rank and world size, from the last snapshot */
+  distributed: IDistributed | null;
   regions: IRegions | null;
   counters: Counters | null;
   /** the last `error` message from the kernel, or a failed `%load_ext` */
@@ -80,6 +83,7 @@ export function emptyState(status: Status = 'no-kernel'): IState {
     running: null,
     cellIds: {},
     advice: [],
+    distributed: null,
     regions: null,
     counters: null,
     lastError: null,
@@ -130,6 +134,7 @@ export function applyMessage(prev: IState, msg: KernelMessage, limits: ILimits =
       s.cellIds = withCellIds({ ...prev.cellIds, ...(msg.cell_ids ?? {}) }, msg.cells ?? []);
       s.regions = msg.regions ?? null;
       s.advice = msg.advice ?? [];
+      s.distributed = msg.distributed ?? null;
       s.counters = msg.counters ?? null;
       return s;
     }

@@ -66,6 +66,16 @@ describe('renderPanel', () => {
     expect(q(renderPanel(applyMessage(emptyState(), snapshot({ fallbacks: [fallbackRow('aten::sum')] })), 'a', { ...actions(), reveal }), 'location')!.tagName).toBe('CODE');
   });
 
+  it('shows the rank and world size of the kernel\'s process group, and nothing without one', () => {
+    const live = applyMessage(emptyState('connecting'), hello());
+    const single = applyMessage(live, snapshot({ distributed: { rank: 0, world_size: 1, backend: null, collectives: 0, collective_bytes: 0, collective_s: 0 } }));
+    expect(q(renderPanel(single, 'a.ipynb', actions()), 'rank')).toBeNull();
+    const job = applyMessage(live, snapshot({ distributed: { rank: 1, world_size: 2, backend: 'neuron:neuron', collectives: 30, collective_bytes: 1024, collective_s: 0.2 } }));
+    expect(q(renderPanel(job, 'a.ipynb', actions()), 'rank')!.textContent).toBe('rank 1 of 2 · neuron:neuron · 30 collectives');
+    const old = applyMessage(live, snapshot());           // a kernel that sends no `distributed`
+    expect(q(renderPanel(old, 'a.ipynb', actions()), 'rank')).toBeNull();
+  });
+
   it('advice: ranked findings with a link to the cell, the fix and the modelled cost', () => {
     const advice = [
       { kind: 'host-sync-in-loop', where: 'Cell In[4], line 3', message: '.item() ran 10 times', fix: 'keep it on the device', modelled_s: 0.00015, count: 10 },

@@ -1,4 +1,4 @@
-"""``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2] [--cold]``
+"""``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2] [--cold] [--distributed]``
 
 Runs the workloads (``neuron_lab.bench.WORKLOADS``) on every peer in one process, prints
 progress on stderr and the markdown table on stdout, writes the JSON and the plot if asked.
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", metavar="FILE.png", help="bar chart per workload metric")
     ap.add_argument("--only", metavar="W1,W2", help=f"workloads to run (of {','.join(WORKLOADS)})")
     ap.add_argument("--peers", metavar="P1,P2", help=f"peers to run (of {','.join(ORDER)})")
+    ap.add_argument("--distributed", action="store_true",
+                    help="also run D1: DDP step time and all-reduce bandwidth with 2 ranks "
+                         "(neuron vs gloo on CPU tensors)")
     ap.add_argument("--cold", action="store_true", help="run with an empty temporary inductor cache")
     ap.add_argument("--threads", type=int, default=0, metavar="N",
                     help="torch.set_num_threads(N) first (0: torch's default). On a shared machine "
@@ -116,12 +119,18 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{k}: {WORKLOADS[k].title}")
         result["workloads"][k] = harness.run_workload(WORKLOADS[k], ps, cfg, log)
     result["copy_bandwidth_GBps"] = copy_bandwidth(cfg)["GBps"]
+    if a.distributed:
+        from . import distributed
+        result["distributed"] = distributed.run(a.quick, log)
     result["modelled_trn2"] = modelled.run(keys, log)
     result["seconds"] = time.perf_counter() - t0
     machine["load_after"] = round(os.getloadavg()[0], 2)
     print(report.header(result) + "\n\n" + report.table(result))
     if result["modelled_trn2"]:
         print("\n" + modelled.table(result["modelled_trn2"]))
+    if "distributed" in result:
+        from . import distributed
+        print("\n" + distributed.table(result["distributed"]))
     if a.json:
         report.write_json(result, a.json)
         log(f"wrote {a.json}")

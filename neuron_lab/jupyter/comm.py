@@ -44,7 +44,7 @@ def snapshot_body() -> dict:
     return {"memory": m["memory"], "fallbacks": m["fallbacks"], "cells": m["cells"][-20:],
             "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"],
             "cell_ids": {str(n): cid for n, cid in list(cells.cell_ids.items())[-200:]},
-            "advice": _advice()}
+            "advice": _advice(), "distributed": m["distributed"]}
 
 
 def _advice() -> list[dict]:

@@ -14,7 +14,7 @@ import time
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .. import runtime
+from .. import distributed, runtime
 from ..compile import records as compile_records
 from ..device import executor, memory, tracking
 from ..telemetry import profile as _profile
@@ -119,6 +119,13 @@ def split_options(line: str) -> tuple[str, str]:
     return " ".join(opts), line[pos:].strip()
 
 
+def _rank_line(d: dict) -> str:
+    if d["world_size"] <= 1 and not d["backend"]:
+        return "no process group (single process)"
+    return (f"rank {d['rank']} of {d['world_size']} ({d['backend'] or 'no group now'}), "
+            f"{d['collectives']} collectives, {_fmt_bytes(d['collective_bytes'])}")
+
+
 @magics_class
 class NeuronMagics(Magics):
     @line_magic
@@ -135,7 +142,8 @@ class NeuronMagics(Magics):
             ("regions", f"{s['regions']} (hit rate {s['hit_rate']:.1%})"),
             ("fused share", f"{s['fused_share']:.1%}"),
             ("compiles", f"{s['compiles_done']} done, {s['compiles_pending']} pending, "
-                         f"{s['compiles_failed']} failed"))]
+                         f"{s['compiles_failed']} failed"),
+            ("distributed", _rank_line(distributed.summary())))]
         return Table("neuron", rows, ["item", "value"])
 
     @magic_arguments()

@@ -11,7 +11,10 @@ Kernel -> frontend
 ------------------
 ``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz}
 ``snapshot``  the full state (answer to ``request``, at cell end, and when idle on change):
-              {memory, fallbacks, cells, running, regions, counters, cell_ids, advice}
+              {memory, fallbacks, cells, running, regions, counters, cell_ids, advice,
+              distributed}
+              (``distributed``: {rank, world_size, backend, collectives, collective_bytes,
+              collective_s}, see ``neuron_lab.distributed.summary``)
               (``advice``: the advisor's top findings, [{kind, where, message, fix,
               modelled_s, count}], see ``telemetry/advise.py``)
               (``cell_ids``: {"N": cell id} for the ``Cell In[N], line M`` locations)

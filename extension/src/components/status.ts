@@ -50,9 +50,24 @@ export function renderHeader(state: IState, label: string, actions: IHeaderActio
           `neuron:0 on ${hello.executor} · ${hello.mode} · ${hello.push_hz} Hz · neuron_lab ${hello.neuron_lab}`
         )
       : null,
+    renderRank(state),
     state.versionWarning ? h('div', { class: 'jp-NeuronLab-warn' }, state.versionWarning) : null,
     state.lastError ? h('div', { class: 'jp-NeuronLab-error', data: { nl: 'error' } }, state.lastError) : null
   );
+}
+
+/** "rank 1 of 2 · neuron:neuron · 30 collectives" when the kernel is part of a distributed job. */
+function renderRank(state: IState): HTMLElement | null {
+  const d = state.distributed;
+  if (!d || (d.world_size <= 1 && !d.backend)) {
+    return null;
+  }
+  const parts = [`rank ${d.rank} of ${d.world_size}`];
+  if (d.backend) {
+    parts.push(d.backend);
+  }
+  parts.push(`${d.collectives} collective${d.collectives === 1 ? '' : 's'}`);
+  return h('div', { class: 'jp-NeuronLab-sub', data: { nl: 'rank' } }, parts.join(' · '));
 }
 
 export interface INotLoadedActions {
