@@ -146,6 +146,27 @@ export interface ISnapshotMsg extends IEnvelope<'snapshot'> {
   advice?: IFinding[];
   /** the kernel's place in its torch.distributed job (world_size 1 without one) */
   distributed?: IDistributed;
+  /** torch.compile on neuron: totals and the latest recompiles, graph breaks, failures */
+  compiled?: ICompiled;
+}
+
+export interface ICompiledRow {
+  kind: 'recompile' | 'graph break' | 'failure';
+  /** the user's line: `Cell In[N], line M` in a notebook */
+  location: string;
+  /** the failed guard, the break's reason, or the error and what ran instead */
+  detail: string;
+  count: number;
+}
+
+export interface ICompiled {
+  frames: number;
+  programs: number;
+  recompiles: number;
+  graph_breaks: number;
+  failures: number;
+  compile_s: number;
+  rows: ICompiledRow[];
 }
 
 export interface IDistributed {

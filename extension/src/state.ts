@@ -13,6 +13,7 @@
  */
 import {
   ICellRecord,
+  ICompiled,
   IDistributed,
   IFallbackRow,
   IFinding,
@@ -55,6 +56,8 @@ export interface IState {
   advice: IFinding[];
   /** the kernel's torch.distributed rank and world size, from the last snapshot */
   distributed: IDistributed | null;
+  /** torch.compile on neuron, from the last snapshot */
+  compiled: ICompiled | null;
   regions: IRegions | null;
   counters: Counters | null;
   /** the last `error` message from the kernel, or a failed `%load_ext` */
@@ -84,6 +87,7 @@ export function emptyState(status: Status = 'no-kernel'): IState {
     cellIds: {},
     advice: [],
     distributed: null,
+    compiled: null,
     regions: null,
     counters: null,
     lastError: null,
@@ -135,6 +139,7 @@ export function applyMessage(prev: IState, msg: KernelMessage, limits: ILimits =
       s.regions = msg.regions ?? null;
       s.advice = msg.advice ?? [];
       s.distributed = msg.distributed ?? null;
+      s.compiled = msg.compiled ?? null;
       s.counters = msg.counters ?? null;
       return s;
     }

@@ -5,6 +5,7 @@
  * render per animation frame by Lumino's update requests) and supplies the actions.
  */
 import { renderAdvice } from './components/advice';
+import { renderCompiled } from './components/compiled';
 import { renderFallbacks, RevealCell } from './components/fallbacks';
 import { renderMemory } from './components/memory';
 import { renderRegions } from './components/regions';
@@ -34,6 +35,7 @@ export function renderPanel(state: IState | null, label: string, actions: IViewA
     renderFallbacks(st.fallbacks, actions.reveal ?? null, st.cellIds),
     renderAdvice(st.advice ?? [], actions.reveal ?? null, st.cellIds),
     renderCells(st.cells),
-    renderRegions(st.regions, st.hello?.mode)
+    renderRegions(st.regions, st.hello?.mode),
+    renderCompiled(st.compiled, actions.reveal ?? null, st.cellIds)
   );
 }

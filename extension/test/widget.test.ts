@@ -76,6 +76,32 @@ describe('renderPanel', () => {
     expect(q(renderPanel(old, 'a.ipynb', actions()), 'rank')).toBeNull();
   });
 
+  it('compiled graphs: totals, and recompiles / graph breaks / failures at the user\'s cell', () => {
+    const live = applyMessage(emptyState('connecting'), hello());
+    expect(q(renderPanel(applyMessage(live, snapshot()), 'a.ipynb', actions()), 'compiled')).toBeNull();
+    const compiled = {
+      frames: 3, programs: 4, recompiles: 1, graph_breaks: 2, failures: 0, compile_s: 1.5,
+      rows: [
+        { kind: 'recompile' as const, location: 'Cell In[5], line 2', detail: 'f: tensor x size mismatch at index 0', count: 1 },
+        { kind: 'graph break' as const, location: 'Cell In[4], line 3', detail: 'Data-dependent branching', count: 2 }
+      ]
+    };
+    const reveal = vi.fn();
+    const el = renderPanel(applyMessage(live, snapshot({ compiled, cell_ids: { '4': 'id4' } })), 'a.ipynb', { ...actions(), reveal });
+    const sec = q(el, 'compiled')!;
+    expect(q(sec, 'programs')!.textContent).toBe('4');
+    expect(q(sec, 'graph-breaks')!.textContent).toBe('2');
+    const rows = sec.querySelectorAll('[data-nl="compiled-row"]');
+    expect(rows).toHaveLength(2);
+    expect((rows[1] as HTMLElement).dataset.kind).toBe('graph break');
+    expect(rows[1].textContent).toContain('graph break ×2');
+    expect(rows[1].textContent).toContain('Data-dependent branching');
+    const link = rows[1].querySelector('[data-nl="location"]') as HTMLElement;
+    expect(link.textContent).toBe('Cell In[4], line 3');
+    link.click();
+    expect(reveal).toHaveBeenCalledWith({ n: 4, line: 3 }, 'id4');
+  });
+
   it('advice: ranked findings with a link to the cell, the fix and the modelled cost', () => {
     const advice = [
       { kind: 'host-sync-in-loop', where: 'Cell In[4], line 3', message: '.item() ran 10 times', fix: 'keep it on the device', modelled_s: 0.00015, count: 10 },

@@ -44,7 +44,24 @@ def snapshot_body() -> dict:
     return {"memory": m["memory"], "fallbacks": m["fallbacks"], "cells": m["cells"][-20:],
             "running": cells.live(), "regions": _summary_regions(), "counters": m["counters"],
             "cell_ids": {str(n): cid for n, cid in list(cells.cell_ids.items())[-200:]},
-            "advice": _advice(), "distributed": m["distributed"]}
+            "advice": _advice(), "distributed": m["distributed"],
+            "compiled": compiled_summary(m["torch_compile"])}
+
+
+def compiled_summary(tc: dict) -> dict:
+    """The panel's "Compiled graphs" section: torch.compile's totals, and its latest recompiles
+    (with the guard that failed), graph breaks (source line, reason) and compile failures."""
+    return {"frames": tc["frames"], "programs": tc["programs"], "recompiles": tc["recompiles"],
+            "graph_breaks": tc["graph_breaks"], "failures": tc["failures"],
+            "compile_s": tc["dynamo_compile_seconds"],
+            "rows": ([{"kind": "recompile", "location": r["location"],
+                       "detail": f"{r['function']}: {r['failed_guard']}", "count": 1}
+                      for r in tc["recent_recompiles"][-5:]]
+                     + [{"kind": "graph break", "location": b["location"], "detail": b["reason"],
+                         "count": b["count"]} for b in tc["graph_break_sites"][:5]]
+                     + [{"kind": "failure", "location": f["location"],
+                         "detail": f"{f['error']} (ran {f['fallback']})", "count": 1}
+                        for f in tc["recent_failures"][-3:]])}
 
 
 def _advice() -> list[dict]:

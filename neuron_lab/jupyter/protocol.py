@@ -12,9 +12,12 @@ Kernel -> frontend
 ``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz}
 ``snapshot``  the full state (answer to ``request``, at cell end, and when idle on change):
               {memory, fallbacks, cells, running, regions, counters, cell_ids, advice,
-              distributed}
+              distributed, compiled}
               (``distributed``: {rank, world_size, backend, collectives, collective_bytes,
               collective_s}, see ``neuron_lab.distributed.summary``)
+              (``compiled``: torch.compile on neuron: {frames, programs, recompiles,
+              graph_breaks, failures, compile_s, rows: [{kind, location, detail, count}]},
+              kind "recompile" | "graph break" | "failure", see ``comm.compiled_summary``)
               (``advice``: the advisor's top findings, [{kind, where, message, fix,
               modelled_s, count}], see ``telemetry/advise.py``)
               (``cell_ids``: {"N": cell id} for the ``Cell In[N], line M`` locations)
