@@ -174,7 +174,7 @@ class Compile(Peer):
 class NeuronCompile(NeuronAdaptive):
     name = "neuron_compile"
     fresh_repeatable = False
-    workloads = ("W3", "W4")
+    workloads = ("W3", "W4", "W6")
 
     def compile(self, fn):
         return torch.compile(fn, backend="neuron")

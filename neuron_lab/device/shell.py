@@ -74,7 +74,10 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
         hs = h.untyped_storage()
         s = _create((0,), h.dtype)
         _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
-    _copy_bits(h, s)
+    if h.is_conj():       # inline, not _copy_bits: wrap is on every op's path
+        _set_conj(s, True)
+    if h.is_neg():
+        _set_neg(s, True)
     s._d = h
     return s
 

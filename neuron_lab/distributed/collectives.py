@@ -72,6 +72,7 @@ _libs: list = []
 
 
 USER_NAMES = {name: user for name, (user, _) in OPS.items()}
+_raising_work = None    # the native ``neuron_lab_c10d::work_from_future`` (set by ``register``)
 
 
 def _to_host(a):
@@ -144,7 +145,7 @@ def _kernel(name: str):
         except RuntimeError as e:
             raise checks.transport_error(user_name, e) from e
         work = done.work(inner)
-        return (args[0], work.boxed()) if returns_first else work.boxed()
+        return (args[0], work) if returns_first else work
 
     kernel.__name__ = f"neuron_{name}"
     return kernel
@@ -155,11 +156,12 @@ class Completion:
     and seconds once (``tracking.record_collective``) and hand back the ``neuron`` tensors
     (DDP's reducer reads its bucket from the work's future).
 
-    The returned ``Work`` is one PyTorch builds for Python backends, not a Python subclass
-    (a subclass crossing the dispatcher loses its Python half, and its ``wait`` then never
-    returns): ``_create_work_from_future`` over gloo's future where gloo gives one, else a
-    ``PythonCallbackWork`` whose ``wait(timeout)`` waits on gloo's work (gloo's reduce-scatter,
-    send and recv have no future)."""
+    The returned ``Work`` is built in C++, not a Python subclass (a subclass crossing the
+    dispatcher loses its Python half, and its ``wait`` then never returns): over gloo's future
+    where gloo gives one, the native ``RaisingFutureWork`` (``device/csrc/c10d_work.cpp``: like
+    PyTorch's ``_create_work_from_future``, whose ``wait()`` swallows a failed collective, but
+    raising it as gloo's own work does); else a ``PythonCallbackWork`` whose ``wait(timeout)``
+    waits on gloo's work (gloo's reduce-scatter, send and recv have no future)."""
 
     def __init__(self, op: str, result, nbytes: int):
         self.op, self.result, self.nbytes = op, result, nbytes
@@ -178,6 +180,7 @@ class Completion:
             tracking.record_collective(self.op, self.nbytes, time.perf_counter() - self.start)
 
     def work(self, inner):
+        """The boxed ``Work`` to return for gloo's ``inner``."""
         try:
             fut = inner.get_future()
         except RuntimeError:                 # "Work::getFuture not implemented" (gloo)
@@ -188,7 +191,7 @@ class Completion:
                     raise checks.transport_error(self.op, e) from e
                 self.record()
                 return ok
-            return C.PythonCallbackWork(wait)
+            return C.PythonCallbackWork(wait).boxed()
 
         def finish(f):
             try:
@@ -198,13 +201,23 @@ class Completion:
             self.record()
             return self.values()
 
-        return C._create_work_from_future(fut.then(finish))
+        done = fut.then(finish)
+        if _raising_work is not None:
+            return _raising_work(done)
+        return C._create_work_from_future(done).boxed()
 
 
 def register() -> None:
     """Install the kernels for PrivateUse1 (idempotent)."""
+    global _raising_work
     if _libs:
         return
+    try:
+        from ..device import native
+        native.load()
+        _raising_work = torch.ops.neuron_lab_c10d.work_from_future
+    except (RuntimeError, AttributeError):
+        _raising_work = None     # without the native module: PyTorch's (errors only on futures)
     lib = torch.library.Library("c10d", "IMPL")
     with warnings.catch_warnings():   # "Overriding a previously registered kernel": intended
         warnings.simplefilter("ignore")

@@ -34,3 +34,12 @@ def timeout(rank: int, world: int):
     out = _catch(lambda: dist.all_reduce(t))
     out["value"] = t.cpu().tolist()
     return out
+
+
+def timeout_async(rank: int, world: int):
+    """As ``timeout``, with ``async_op=True``: the error must come out of ``work.wait()``."""
+    if rank == 1:
+        time.sleep(6)
+        return {"ok": "slept"}
+    t = torch.ones(4, device="neuron")
+    return _catch(lambda: dist.all_reduce(t, async_op=True).wait())

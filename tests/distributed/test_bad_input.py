@@ -28,6 +28,14 @@ def test_a_rank_that_never_joins_fails_after_the_timeout(ranks):
     assert r[0]["value"] == [1.0] * 4              # the tensor is left as it was
 
 
+def test_an_async_collective_that_times_out_raises_from_wait(ranks):
+    r = ranks("failure_ranks", "timeout_async", timeout_s=3)
+    err = r[0]["error"]
+    assert "CollectiveError: neuron: all_reduce on device neuron:0 (rank 0 of 2)" in err
+    assert "within the group's timeout" in err
+    assert 2.5 < r[0]["seconds"] < 30
+
+
 def test_a_dead_rank_is_an_error_not_a_hang(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
