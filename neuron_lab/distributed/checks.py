@@ -5,8 +5,9 @@ ranks that all-reduce tensors of different sizes abort the whole process from gl
 (``gloo::EnforceNotMet``, SIGABRT: a Jupyter kernel dies), and its errors name a source file
 of gloo, not the collective the user called. So before each collective on ``neuron`` tensors
 the ranks exchange a fingerprint — which collective, the dtype and the element count that must
-agree — in one small all-gather on the same group (``NEURON_LAB_DIST_CHECK``, on by default; a
-few tens of microseconds on loopback). Every rank then sees the same table and raises the same
+agree — in one small all-gather on the same group (``NEURON_LAB_DIST_CHECK``, on by default; one
+more round trip: ~0.4 ms per collective with 2 ranks on this 2-core machine's loopback, where a
+32-byte all-reduce takes 0.3 ms). Every rank then sees the same table and raises the same
 ``CollectiveMismatch`` naming each rank's call. Transport errors (the fingerprint exchange or
 the collective itself timing out after the group's timeout, a peer's connection closing) are
 re-raised as ``CollectiveError`` naming the collective, the device, the rank and the fix.
