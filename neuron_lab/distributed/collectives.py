@@ -10,19 +10,23 @@ Meta), and each does, in order:
 
 1. **Region boundary**: flush the adaptive queue (reason ``"collective"``), as a collective is
    on TorchNeuron: every deferred value the collective reads is computed first.
-2. **Host views**: each ``neuron`` tensor argument becomes its host view, a tensor sharing the
+2. **Agreement**: the ranks check that they all issue this collective with the same dtype and
+   element count (``checks.agree``; a mismatch raises on every rank instead of gloo aborting).
+3. **Host views**: each ``neuron`` tensor argument becomes its host view, a tensor sharing the
    device tensor's bytes (``shell.host``). No copy: a collective that writes (all-reduce, recv,
    an all-gather's output) writes the device tensor's own bytes, so in-place semantics hold.
-3. **Transport**: the same op runs on the host views, dispatched to the host executor's kernel,
+4. **Transport**: the same op runs on the host views, dispatched to the host executor's kernel,
    which hands them to the process group's backend for the host device — gloo for the CPU
    executor. The group's ``neuron`` backend (``backend.py``) is that same gloo instance and is
    registered for the host device on first use if the group lacks one. The op's own arguments
    (the opaque ``ReduceOp``, ``async_op``, timeout) pass through untouched, so every reduction
    and option behaves as gloo's does on CPU tensors, errors included.
-4. **Work**: the result is an asynchronous ``Work`` whose future completes when gloo's does and
+5. **Work**: the result is an asynchronous ``Work`` whose future completes when gloo's does and
    carries the ``neuron`` tensors (DDP's reducer reads the bucket from it); its completion
    records the collective's bytes and seconds in the device's counters
-   (``tracking.record_collective``, event ``collective``).
+   (``tracking.record_collective``, event ``collective``). With ``async_op=False`` the kernel
+   waits for gloo before returning, so a failure raises there (``checks.transport_error``).
+
 Functional collectives (DTensor, tensor parallel) reach these kernels through
 ``functional.py``, which in adaptive mode waits for them before returning (see its header).
 
@@ -68,10 +72,8 @@ OPS: dict[str, tuple[str, bool]] = {
     "recv_any_source_": ("recv_any_source", False),
 }
 
-_libs: list = []
-
-
 USER_NAMES = {name: user for name, (user, _) in OPS.items()}
+_libs: list = []
 _raising_work = None    # the native ``neuron_lab_c10d::work_from_future`` (set by ``register``)
 
 
