@@ -2,8 +2,9 @@
 
 ``import neuron_lab`` registers the ``neuron`` device (idempotent); so does ``import torch`` alone,
 through the ``torch.backends`` entry point (``_autoload``). Layers, each importing only
-the ones above it: ``device`` -> ``runtime`` -> ``telemetry`` -> ``jupyter``; this module is the
-façade that re-exports the public names (see ``shared/DESIGN.md``, "Public names").
+the ones above it: ``device`` -> ``runtime`` -> ``compile``/``distributed`` -> ``telemetry`` ->
+``jupyter`` (docs/design.md, "Layers"); this module is the façade that re-exports the public
+names listed in its ``__all__``.
 """
 from __future__ import annotations
 
