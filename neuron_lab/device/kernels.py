@@ -192,7 +192,7 @@ def _admit(f: OpFacts, args, kwargs) -> None:
         n = f.sizer(args, kwargs)
     except (TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return          # arguments the prediction does not understand: checked after the op
-    if n and memory.memory_allocated() + n > memory.capacity():
+    if n and memory.counted() + n > memory.capacity():
         memory.check(n, f.name)
 
 

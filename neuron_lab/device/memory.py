@@ -15,11 +15,15 @@ RAM), so the emulation never promises more than the host can hold. An allocation
 exceed it raises ``torch.OutOfMemoryError`` *before* any tensor is handed out, so every existing
 tensor stays valid.
 
-Deferred outputs (the adaptive runtime hands out tensors before computing them) are counted from
-the moment they are handed out, as CUDA's allocator counts a kernel's output at issue:
-``reserve`` counts a pending shell's storage with its predicted bytes, ``settle`` moves that
-count onto the host storage that receives the value (no second allocation event), and a pending
-tensor that dies before its region runs is freed by the same weakref callback as any other.
+Deferred outputs (the adaptive runtime hands out tensors before computing them) are not
+allocated until their region runs, as on a lazy-tensor device: an intermediate that dies inside
+a region is never allocated at all (a fused program does not write it). While a pending output
+is alive it still counts in ``memory_allocated()`` (the runtime reports the bytes of its live
+pending outputs through ``seam.pending_bytes``, summed only when someone asks), as CUDA counts a
+kernel's output at issue; when the region runs, the host storage that receives the value is
+counted like any other (``track``). Peaks are raised when bytes are materialised and by every
+value ``memory_allocated()`` reports, so ``max_memory_allocated()`` is never below a reported
+current value, and intermediates that lived only between two deferred ops never raise it.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from typing import Any
 
 import torch
 
-from . import config, events
+from . import config, events, seam
 
 SEGMENT = 2 << 20
 # Reentrant: creating an entry (tuple, weakref) can run the cyclic GC, which can free another
@@ -114,8 +118,10 @@ def check(requested: int, op: str) -> None:
     if _dead:
         _drain()
     if requested and _state["allocated"] + requested > cap:
+        alloc = _state["allocated"] + seam.pending_bytes()
+        if alloc + requested <= cap:
+            return
         _state["ooms"] += 1
-        alloc = _state["allocated"]
         events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)  # kept if unheard
         raise torch.OutOfMemoryError(
             f"neuron: out of memory on device neuron:0 in {op}: tried to allocate {_fmt(requested)} "
@@ -160,47 +166,6 @@ def track(storage, op: str | None = None) -> None:
     _count(storage, n)
 
 
-def reserve(storage, nbytes: int) -> None:
-    """Count pending shell storage ``storage`` as ``nbytes`` until it dies or is settled (the
-    caller checked the capacity first, for all of an op's outputs at once)."""
-    if _dead:
-        _drain()
-    if nbytes and id(storage) not in _live:
-        _count(storage, nbytes)
-
-
-def settle(pending_storage, host_storage) -> None:
-    """A pending storage received its value in ``host_storage``: its count moves there."""
-    if _dead:
-        _drain()
-    entry = _live.pop(id(pending_storage), None)
-    if entry is None:
-        track(host_storage)
-        return
-    with _lock:
-        _state["allocated"] -= entry[1]
-        key = id(host_storage)
-        if key in _live:          # already counted (a view's base): the reservation is freed
-            _state["n_free"] += 1
-            _state["bytes_freed"] += entry[1]
-            return
-        n = host_storage.nbytes()
-        _live[key] = (_watch(host_storage), n)
-        _state["allocated"] += n
-        if n != entry[1]:        # keep the totals consistent with what is live
-            _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
-        _raise_peaks(_state)
-
-
-def move(old_storage, new_storage) -> None:
-    """A pending shell got a new storage object (a deferred ``t_``/``squeeze_``): keep its count."""
-    if _dead:
-        _drain()
-    entry = _live.pop(id(old_storage), None)
-    if entry is not None:
-        _live[id(new_storage)] = (_watch(new_storage), entry[1])
-
-
 def _raise_peaks(s: dict) -> None:
     if s["allocated"] > s["peak"]:
         s["peak"] = s["allocated"]
@@ -239,13 +204,32 @@ def retrack(storage) -> None:
             _raise_peaks(_state)
 
 
-def memory_allocated(device=None) -> int:
+def counted() -> int:
+    """Bytes of the materialised storages (the device's own checks: no pending outputs summed)."""
     if _dead:
         _drain()
     return _state["allocated"]
 
 
+def memory_allocated(device=None) -> int:
+    """Materialised bytes plus the live pending outputs' (a reported value raises the peaks)."""
+    if _dead:
+        _drain()
+    pend = seam.pending_bytes()
+    n = _state["allocated"] + pend
+    if pend and (n > _state["peak"] or n > _state["reserved"]):
+        with _lock:
+            s = _state
+            if n > s["peak"]:
+                s["peak"] = n
+            if n > s["reserved"]:
+                s["reserved"] = _round(n)
+                s["reserved_peak"] = max(s["reserved_peak"], s["reserved"])
+    return n
+
+
 def max_memory_allocated(device=None) -> int:
+    memory_allocated()
     return _state["peak"]
 
 
@@ -259,8 +243,9 @@ def max_memory_reserved(device=None) -> int:
 
 def reset_peak_memory_stats(device=None) -> None:
     _drain()
+    n = _state["allocated"] + seam.pending_bytes()
     with _lock:
-        _state["peak"] = _state["allocated"]
+        _state["peak"] = n
         _state["reserved_peak"] = _state["reserved"]
         _state["peak_count"] = len(_live)
 
@@ -273,8 +258,9 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     _drain()
+    n = _state["allocated"] + seam.pending_bytes()
     with _lock:
-        _state["reserved"] = _round(_state["allocated"])
+        _state["reserved"] = _round(n)
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
@@ -290,12 +276,12 @@ def live_storages() -> int:
 
 def memory_stats(device=None) -> dict[str, Any]:
     """Same key names as ``torch.cuda.memory_stats`` where they apply (pool: ``all`` only)."""
-    _drain()
+    now = memory_allocated()
     s = _state
     out: dict[str, Any] = {}
     for name, cur, peak, alloc, freed in (
-            ("allocated_bytes", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
-            ("active_bytes", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+            ("allocated_bytes", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+            ("active_bytes", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
             ("reserved_bytes", s["reserved"], s["reserved_peak"], s["reserved_peak"],
              s["reserved_peak"] - s["reserved"]),
             ("allocation", len(_live), s["peak_count"], s["n_alloc"], s["n_free"])):
@@ -320,10 +306,10 @@ def _fmt(n: float) -> str:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A readable table in the spirit of ``torch.cuda.memory_summary``."""
-    _drain()
+    now = memory_allocated()
     s = _state
     cap = capacity()
-    rows = [("Allocated memory", s["allocated"], s["peak"], s["bytes_alloc"], s["bytes_freed"]),
+    rows = [("Allocated memory", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
             ("Reserved memory", s["reserved"], s["reserved_peak"], None, None)]
     w = 75
     lines = ["=" * w,

@@ -2,15 +2,17 @@
 
 Without a runtime the device runs every op at once (``kernels.execute``). A runtime that
 defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once, with
-``install(runtime)``; the device calls it at exactly three points and nowhere else:
+``install(runtime)``; the device calls it at exactly four points and nowhere else:
 
 - ``launch(facts, args, kwargs)``: every op called on ``neuron`` tensors (the generic kernel in
   ``registry``) goes to the runtime, which runs it, or queues it and returns pending outputs;
 - ``flush(reason)``: before the host reads device data or waits for the device (``.cpu()``,
   ``torch.neuron.synchronize()``, stream/event sync), queued work runs;
-- ``materialize(shell)``: a pending output's host value is needed now (``shell.host``).
+- ``materialize(shell)``: a pending output's host value is needed now (``shell.host``);
+- ``pending_bytes()``: the bytes of the pending outputs still alive (``memory``: they count in
+  ``memory_allocated()`` though nothing is allocated for them yet).
 
-The three are module attributes so the hot path reads one global; ``install`` is the only
+The four are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Runtime(Protocol):
     def launch(self, facts, args: tuple, kwargs: dict) -> Any: ...
     def flush(self, reason: str) -> None: ...
     def materialize(self, shell) -> Any: ...
+    def pending_bytes(self) -> int: ...
 
 
 def _no_flush(reason: str) -> None:
@@ -33,15 +36,21 @@ def _no_materialize(shell):
                        "(neuron_lab.runtime installs one at import)")
 
 
+def _no_pending() -> int:
+    return 0
+
+
 launch = None                  # None: every op runs at once (kernels.execute)
 flush = _no_flush
 materialize = _no_materialize
+pending_bytes = _no_pending
 
 
 def install(runtime: Runtime | None) -> None:
-    """Route the device's three calls to ``runtime`` (None: back to running ops at once)."""
-    global launch, flush, materialize
+    """Route the device's four calls to ``runtime`` (None: back to running ops at once)."""
+    global launch, flush, materialize, pending_bytes
     if runtime is None:
-        launch, flush, materialize = None, _no_flush, _no_materialize
+        launch, flush, materialize, pending_bytes = None, _no_flush, _no_materialize, _no_pending
     else:
         launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize
+        pending_bytes = runtime.pending_bytes

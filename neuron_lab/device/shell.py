@@ -146,6 +146,14 @@ def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
     return s
 
 
+def pending_dense(size, dtype: torch.dtype) -> torch.Tensor:
+    """``pending`` for a contiguous value at offset 0 (the common case, on the deferral hot path)."""
+    s = _create(size, dtype)
+    s.untyped_storage()._h = None
+    s._d = None
+    return s
+
+
 def fill(s: torch.Tensor, h: torch.Tensor) -> None:
     """Give a pending shell its value."""
     bind(s.untyped_storage(), h.untyped_storage())

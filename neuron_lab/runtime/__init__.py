@@ -32,7 +32,7 @@ MODES = ("eager", "adaptive")
 engine = Engine()
 
 
-seam.install(engine)    # the device's one call-out: launch, flush, materialize
+seam.install(engine)    # the device's one call-out: launch, flush, materialize, pending_bytes
 atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
 
 

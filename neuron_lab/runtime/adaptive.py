@@ -36,12 +36,27 @@ from ..device.opinfo import draws_random
 from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
-from .record import (CALLER, PENDING, NotQueueable, QueuedOp, describe, flatten_outputs, out_meta,
-                     out_plan, rebuild, rekey, structure_of)
+from ..device.dtypes import HOST_ONLY
+from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, flatten_outputs,
+                     out_meta, out_plan, rebuild, ref, rekey, structure_of)
 
 Tensor = torch.Tensor
 _execute = kernels.execute
 _executed = tracking.executed
+_pending = shell.pending
+_pending_dense = shell.pending_dense
+_wref = weakref.ref
+_plain: dict = {}
+
+
+def _is_plain(f) -> bool:
+    """Can ``f`` be queued whatever its arguments? (No RNG, data-dependent shape, host access,
+    same-device cast or boolean indexing to look at per call.) Cached per op."""
+    p = _plain.get(f)
+    if p is None:
+        p = _plain[f] = (not f.random and not f.data_dependent and policy.queueable(f)
+                         and f.base not in ("index", "_to_copy"))
+    return p
 
 
 class Engine:
@@ -71,6 +86,7 @@ class Engine:
         self.node: Node | None = None          # trie position while deferring
         self.last_pos: dict = {}
         self.cand = self.match = 0
+        self.queued_bytes = 0     # bytes of every pending output handed out this segment
         self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
@@ -87,9 +103,10 @@ class Engine:
         node = self.node
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
-        if (f.random and draws_random(f, args, kwargs)) or f.data_dependent \
-                or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs)) \
-                or (f.base == "index" and kernels.bool_indexing(f, args)):
+        if not _is_plain(f) and (
+                (f.random and draws_random(f, args, kwargs)) or f.data_dependent
+                or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
+                or (f.base == "index" and kernels.bool_indexing(f, args))):
             if self.records:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)
@@ -143,10 +160,11 @@ class Engine:
     def _produce(self, pos: int, outs: list) -> None:
         prod = self.producers
         for k, t in enumerate(outs):
-            if t is not None:
-                prod[id(t)] = (pos, k, weakref.ref(t))
+            if t is not None and t.dtype not in HOST_ONLY:   # host-only: never a queued arg
+                r = ref(pos, k)
+                prod[id(t)] = Produced(pos, k, _wref(t), r)
                 st = t.untyped_storage()
-                prod[id(st)] = (pos, k, weakref.ref(st))
+                prod[id(st)] = Produced(pos, k, _wref(st), r)
 
     def _period(self, n: int, key) -> bool:
         """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""
@@ -177,37 +195,40 @@ class Engine:
 
     # --- replay (deferred) ----------------------------------------------------------------
     def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):
+        """Hand out ``f``'s outputs without running it (the trie predicts their metadata). The
+        hot path of adaptive mode: per output one tensor creation, two weak references and two
+        producer entries; memory is one addition and one comparison (``_admit_pending``)."""
         pos = len(self.records)
-        rec = QueuedOp(f, targs, tkw, key)
-        rec.metas, rec.structure, rec.where = nxt.metas, nxt.structure, nxt.where
         plan = nxt.plan
         if plan is None:
             plan = nxt.plan = out_plan(f, nxt.metas)
-        if nxt.new_bytes:           # outputs are counted when handed out, as CUDA counts at issue
-            memory.check(nxt.new_bytes, f.name)
+        new = nxt.new_bytes
+        if new:
+            self.queued_bytes += new
+            if memory.counted() + self.queued_bytes > 0.9 * memory.capacity():
+                self._admit_pending(f, new)
         outs, pairs = [], []
         prod = self.producers
         for k, spec in enumerate(plan):
             kind = spec.kind
             if kind == PENDING:                            # a value this region will compute
                 m = spec.meta
-                t = shell.pending(m.size, m.stride, m.dtype, m.offset)
+                t = (_pending_dense(m.size, m.dtype) if spec.dense
+                     else _pending(m.size, m.stride, m.dtype, m.offset))
                 st = t.untyped_storage()
-                if spec.nbytes:
-                    memory.reserve(st, spec.nbytes)
-                tr, sr = weakref.ref(t), weakref.ref(st)
+                tr, sr = _wref(t), _wref(st)
                 outs.append(t)
                 pairs.append((tr, sr))
-                prod[id(t)] = (pos, k, tr)
-                prod[id(st)] = (pos, k, sr)
+                if spec.queueable:
+                    r = ref(pos, k)
+                    prod[id(t)] = Produced(pos, k, tr, r)
+                    prod[id(st)] = Produced(pos, k, sr, r)
             elif kind == CALLER:                           # in-place / out=: caller's tensor
                 a = spec.arg
                 t = args[a] if type(a) is int else kwargs[a]
                 m = spec.meta
                 if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
-                    old = t.untyped_storage()
                     shell.restride_meta(t, m.size, m.stride, m.offset)
-                    memory.move(old, t.untyped_storage())
                 outs.append(t)
                 pairs.append(None)
             else:                                          # not a tensor
@@ -215,14 +236,12 @@ class Engine:
                 pairs.append(None)
         for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
-            if t is not None:
-                prod[id(t)] = (pos, k, weakref.ref(t))
-        if nxt.new_bytes and memory.memory_allocated() > 0.9 * memory.capacity():
-            self._pressure = True           # flush right after handing this op's outputs out
+            if t is not None and t.dtype not in HOST_ONLY:
+                prod[id(t)] = Produced(pos, k, _wref(t), ref(pos, k))
+        rec = QueuedOp(f, targs, tkw, key, nxt.metas, nxt.structure, nxt.where, plan)
         rec.outs = pairs
         self.records.append(rec)
         self.node = nxt
-        self.stats["ops_deferred"] += 1
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
         # A completed region launches at the next op or sync point, not now: the caller's frame
         # still holds this op's inputs, which would make them program outputs (an extra write
@@ -232,9 +251,36 @@ class Engine:
             self.flush("memory")
         return rebuild(nxt.structure, outs)
 
+    def _admit_pending(self, f, new: int) -> None:
+        """The bound on this segment's pending bytes crossed 90% of the capacity: count the
+        live ones exactly. Past the capacity, OutOfMemoryError before anything is handed out;
+        past 90%, flush right after handing this op's outputs out."""
+        memory.check(new, f.name)
+        live = self.pending_bytes()
+        self.queued_bytes = live + new          # the bound starts again from the exact value
+        if memory.counted() + live + new > 0.9 * memory.capacity():
+            self._pressure = True
+
+    def pending_bytes(self) -> int:
+        """Bytes of this segment's pending outputs still alive and still without a value (the
+        device's ``seam.pending_bytes``: they count in ``memory_allocated()``). May be called
+        from another thread (the telemetry sampler): reads a snapshot of the queue."""
+        if not self.queued_bytes:
+            return 0
+        n = 0
+        for rec in list(self.records):
+            plan, outs = rec.plan, rec.outs
+            if plan is None:
+                continue
+            for spec, pair in zip(plan, outs):
+                if spec.nbytes and pair is not None and pending.unfilled(pair):
+                    n += spec.nbytes
+        return n
+
     def _launch(self, region) -> None:
         recs = self.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
+            self.stats["ops_deferred"] += len(recs)
             self._end_segment(None)
             self.cache.hit(region)
             self._debug("hit", region.id)
@@ -265,6 +311,7 @@ class Engine:
                 raise
             self.stats["launches_per_op"] += 1
             self.stats["ops_per_op"] += len(recs)
+            self.stats["ops_deferred"] += len(recs)
             for r in recs:
                 r.outs = [None] * len(r.outs)
             self.node = None

@@ -26,11 +26,22 @@ def alive(ref_pair) -> Tensor | None:
     return st
 
 
+def unfilled(ref_pair) -> bool:
+    """Is the pending output behind (tensor weakref, storage weakref) alive and without a value?"""
+    t = ref_pair[0]()
+    if t is not None:
+        return t.__dict__.get("_d", 0) is None
+    st = ref_pair[1]()
+    return st is not None and getattr(st, "_h", 0) is None
+
+
 def fill(target, h: Tensor) -> None:
-    """Give a pending shell (or the storage of one's shallow copies) its host value."""
+    """Give a pending shell (or the storage of one's shallow copies) its host value; the host
+    storage is counted as device memory from now on (``memory``: pending outputs are not
+    allocated before their region runs)."""
     st = h.untyped_storage()
     is_tensor = isinstance(target, Tensor)
-    memory.settle(target.untyped_storage() if is_tensor else target, st)
+    memory.track(st)
     if is_tensor:
         if target.__dict__.get("_d", 0) is None:
             shell.fill(target, h)

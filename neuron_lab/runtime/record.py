@@ -46,6 +46,27 @@ class Ref:
         return f"Ref({self.pos}, {self.k})"
 
 
+_refs: dict = {}
+
+
+def ref(pos: int, k: int) -> Ref:
+    """The (shared, immutable) ``Ref`` for output ``k`` of op ``pos``."""
+    r = _refs.get((pos, k))
+    if r is None:
+        r = _refs[(pos, k)] = Ref(pos, k)
+    return r
+
+
+class Produced(NamedTuple):
+    """A producers-map entry (``Engine.producers``, keyed by ``id`` of an output tensor or of
+    its storage): which op of the segment made it, a weak reference that tells a live object
+    from a new one reusing the id, and the argument template naming it."""
+    pos: int
+    k: int
+    obj: weakref.ref
+    ref: Ref
+
+
 def _by_storage(a: Tensor, producers: dict):
     """A C++ shallow copy of a region output (``.data``, autograd's saved outputs) is a new
     Python object over the same storage; every output shell has a storage of its own, so the
@@ -54,9 +75,9 @@ def _by_storage(a: Tensor, producers: dict):
         return None
     st = a.untyped_storage()
     p = producers.get(id(st))
-    if p is None or p[2]() is not st:
+    if p is None or p.obj() is not st:
         return None
-    producers[id(a)] = (p[0], p[1], weakref.ref(a))
+    producers[id(a)] = Produced(p.pos, p.k, weakref.ref(a), p.ref)
     return p
 
 
@@ -67,10 +88,10 @@ def _describe(a: Any, pos: int, producers: dict, floats: bool = False):
         if a.is_cpu or a.dtype in HOST_ONLY:
             raise NotQueueable
         p = producers.get(id(a))
-        if p is None or p[2]() is not a:
+        if p is None or p.obj() is not a:
             p = _by_storage(a, producers)
         if p is not None:
-            return ("r", pos - p[0], p[1]), Ref(p[0], p[1])
+            return ("r", pos - p.pos, p.k), p.ref
         return ("x", a.shape, a.stride(), a.storage_offset(), a.dtype), a
     t = type(a)
     if t is list or t is tuple:
@@ -92,10 +113,23 @@ def _describe(a: Any, pos: int, producers: dict, floats: bool = False):
 
 
 def describe(facts, args, kwargs, pos: int, producers: dict):
-    """The op's key and its argument templates (args, kwargs)."""
+    """The op's key and its argument templates (args, kwargs). On the hot path of every queued
+    op: a plain tensor made earlier in the segment (the common argument) and a float that is
+    data take the inline branches; everything else ``_describe``."""
     keys, targs = [], []
     floats = facts.floats_are_data
     for a in args:
+        t = type(a)
+        if t is Tensor:
+            p = producers.get(id(a))
+            if p is not None and p.obj() is a:     # only neuron, queueable dtypes get entries
+                keys.append(("r", pos - p.pos, p.k))
+                targs.append(p.ref)
+                continue
+        elif t is float and floats:
+            keys.append(FLOAT)
+            targs.append(a)
+            continue
         k, v = _describe(a, pos, producers, floats)
         keys.append(k)
         targs.append(v)
@@ -157,11 +191,23 @@ PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh byte
 
 
 class OutSpec(NamedTuple):
-    """How one output of a trie node's op is made when the op is deferred (``out_plan``)."""
+    """How one output of a trie node's op is made when the op is deferred (``out_plan``).
+    ``dense``: a contiguous pending tensor at offset 0 (made without restriding); ``queueable``:
+    its dtype may be an argument of a later queued op (not a host-only dtype)."""
     kind: int
     arg: int | str | None
     meta: OutMeta | None
     nbytes: int
+    dense: bool = False
+    queueable: bool = True
+
+
+def _contiguous(size) -> tuple:
+    stride, acc = [], 1
+    for n in reversed(size):
+        stride.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(stride))
 
 
 def out_plan(facts, metas) -> tuple[OutSpec, ...]:
@@ -178,19 +224,25 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
             numel = 1
             for n in m.size:
                 numel *= n
-            plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize))
+            dense = m.offset == 0 and tuple(m.stride) == _contiguous(m.size)
+            plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize,
+                                dense, m.dtype not in HOST_ONLY))
     return tuple(plan)
 
 
 class QueuedOp:
-    __slots__ = ("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where")
+    """``outs``: per flattened output, None or (tensor weakref, storage weakref) of a pending
+    output; ``metas``: their OutMeta (None where an output is not a tensor); ``structure``: how
+    to rebuild the op's return value; ``where``: tracking.user_frame_token of the user's line;
+    ``plan``: the trie node's OutSpecs for a deferred op (None for a captured one, whose
+    outputs exist)."""
+    __slots__ = ("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where", "plan")
 
-    def __init__(self, facts, args, kwargs, key) -> None:
+    def __init__(self, facts, args, kwargs, key, metas: tuple = (), structure: Any = None,
+                 where=None, plan=None) -> None:
         self.facts, self.args, self.kwargs, self.key = facts, args, kwargs, key
-        self.where = None          # tracking.user_frame_token of the user's line (see adaptive)
-        self.outs: list = []       # weak references to the output tensors, flattened (or None)
-        self.metas: tuple = ()     # their OutMeta (None where an output is not a tensor)
-        self.structure: Any = None  # how to rebuild the op's return value from ``outs``
+        self.metas, self.structure, self.where, self.plan = metas, structure, where, plan
+        self.outs: list = []
 
     def __repr__(self) -> str:
         return f"QueuedOp({self.facts.name}, {len(self.outs)} outs)"

@@ -152,7 +152,7 @@ def test_a_storage_freed_by_the_gc_while_accounting_does_not_deadlock():
                 c.me, c.t = c, torch.ones(64, device="neuron")   # freed only by the GC
                 del c
                 with memory._lock:       # the callback must be able to take the lock again
-                    memory.settle(torch.empty(0).untyped_storage(), torch.empty(0).untyped_storage())
+                    memory.track(torch.empty(0).untyped_storage())
         finally:
             gc.set_threshold(*old)
         gc.collect()

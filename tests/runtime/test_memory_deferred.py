@@ -1,10 +1,13 @@
-"""Memory accounting of deferred outputs: counted when handed out (as CUDA counts a kernel's
-output at issue), moved onto the host storage when the region runs, freed when they die."""
+"""Memory accounting of deferred outputs: a live pending output counts in memory_allocated()
+(as CUDA counts a kernel's output at issue), its host storage is counted when the region runs,
+and an intermediate that dies inside a region is never allocated (issue 10, item 5)."""
 import gc
 
+import pytest
 import torch
 
 import neuron_lab
+from neuron_lab.runtime import knobs
 
 N = 4096          # floats: 16 KiB per output
 
@@ -68,3 +71,58 @@ def test_deferred_in_place_view_op_keeps_its_count(compile_off, fresh_engine):
     neuron_lab.sync()
     assert torch.neuron.memory_allocated() == base + 64 * 64 * 4
     assert torch.equal(y.cpu(), (x.cpu() * 3).t())
+
+
+def _chain(x):
+    """W2's shape: 20 elementwise ops, each result rebinding ``x`` (the previous one dies)."""
+    for i in range(20):
+        k = i % 5
+        x = (x * 1.001 if k == 0 else x + 0.01 if k == 1 else x.clamp_min(-2.0) if k == 2
+             else x - 0.005 if k == 3 else x.abs())
+    return x
+
+
+def _peak_above(x, mode) -> int:
+    with neuron_lab.mode(mode):
+        neuron_lab.sync()
+        gc.collect()
+        torch.neuron.reset_peak_memory_stats()
+        base = torch.neuron.memory_allocated()
+        y = _chain(x)
+        neuron_lab.sync()
+        peak = torch.neuron.max_memory_allocated() - base
+        assert torch.equal(y.cpu(), _chain(x.cpu()))
+        del y
+    return peak
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["per-op", "fused"])
+def test_intermediates_inside_a_region_are_never_allocated(fused, fresh_engine):
+    x = torch.randn(N, device="neuron")
+    with knobs.COMPILE.scoped(fused), knobs.TRIALS.scoped(0):
+        for _ in range(4):                       # learn the region (and compile it)
+            y = _chain(x)
+            neuron_lab.sync()
+            del y
+        launches = fresh_engine.stats["launches_fused"]
+        adaptive = _peak_above(x, "adaptive")
+        assert fresh_engine.stats["launches_fused"] == launches + fused
+    eager = _peak_above(x, "eager")
+    assert eager == 2 * N * 4          # eager holds the previous result while making the next
+    assert adaptive == N * 4           # adaptive allocates the region's one live output
+
+
+def test_a_reported_pending_value_is_never_above_the_peak(compile_off, fresh_engine):
+    x = torch.randn(N, device="neuron")
+    _learn(x)
+    gc.collect()
+    torch.neuron.reset_peak_memory_stats()
+    base = torch.neuron.memory_allocated()
+    a = x * 2                                    # two live pending outputs
+    b = a + 1
+    assert fresh_engine.records and b.untyped_storage()._h is None
+    now = torch.neuron.memory_allocated()
+    assert now == base + 2 * N * 4
+    assert torch.neuron.max_memory_allocated() >= now
+    del a, b
+    neuron_lab.sync()
