@@ -37,15 +37,17 @@ from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from ..device.dtypes import HOST_ONLY
-from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, flatten_outputs,
-                     out_meta, out_plan, rebuild, ref, rekey, structure_of)
+from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
+                     flatten_outputs, out_meta, out_plan, rebuild, ref, rekey, structure_of)
 
 Tensor = torch.Tensor
 _execute = kernels.execute
 _executed = tracking.executed
 _pending = shell.pending
 _pending_dense = shell.pending_dense
+_create = torch._C._acc.create_empty_tensor
 _wref = weakref.ref
+_tuple_new = tuple.__new__
 _plain: dict = {}
 
 
@@ -87,6 +89,7 @@ class Engine:
         self.last_pos: dict = {}
         self.cand = self.match = 0
         self.queued_bytes = 0     # bytes of every pending output handed out this segment
+        self.soft_limit = 0.9 * memory.capacity()   # past it (with the bound): count exactly
         self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
@@ -97,12 +100,26 @@ class Engine:
                 self.flush("mode")
             return _execute(f, args, kwargs)
         with self.lock:
+            node = self.node
+            if node is not None and _plain.get(f) and node.depth == len(self.records):
+                # the hot path: deferring along a known region, one op at a time
+                try:
+                    described = describe(f, args, kwargs, node.depth, self.producers)
+                except NotQueueable:
+                    return self._adaptive(f, args, kwargs)
+                nxt = node.children.get(described[0])
+                if nxt is not None and nxt.fast:
+                    return self._defer_one(f, described, nxt, nxt.fast)
+                return self._adaptive(f, args, kwargs, described)
             return self._adaptive(f, args, kwargs)
 
-    def _adaptive(self, f, args, kwargs):
+    def _adaptive(self, f, args, kwargs, described=None):
+        """Every case of ``launch``: boundaries, capture, deferral, launching a completed
+        region. ``described``: (key, templates) of this call if ``launch`` built them."""
         node = self.node
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
+            described = None
         if not _is_plain(f) and (
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
@@ -111,12 +128,14 @@ class Engine:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)
         pos = len(self.records)
-        try:
-            key, targs, tkw = describe(f, args, kwargs, pos, self.producers)
-        except NotQueueable:
-            if self.records:
-                self.flush("host-arg")
-            return self._run_now(f, args, kwargs)
+        if described is None:
+            try:
+                described = describe(f, args, kwargs, pos, self.producers)
+            except NotQueueable:
+                if self.records:
+                    self.flush("host-arg")
+                return self._run_now(f, args, kwargs)
+        key, targs, tkw = described
         if self.node is not None:                       # deferring along a trie path
             nxt = self.node.children.get(key)
             if nxt is not None:
@@ -162,9 +181,9 @@ class Engine:
         for k, t in enumerate(outs):
             if t is not None and t.dtype not in HOST_ONLY:   # host-only: never a queued arg
                 r = ref(pos, k)
-                prod[id(t)] = Produced(pos, k, _wref(t), r)
+                prod[id(t)] = _tuple_new(Produced, (pos, k, _wref(t), r))
                 st = t.untyped_storage()
-                prod[id(st)] = Produced(pos, k, _wref(st), r)
+                prod[id(st)] = _tuple_new(Produced, (pos, k, _wref(st), r))
 
     def _period(self, n: int, key) -> bool:
         """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""
@@ -199,13 +218,17 @@ class Engine:
         hot path of adaptive mode: per output one tensor creation, two weak references and two
         producer entries; memory is one addition and one comparison (``_admit_pending``)."""
         pos = len(self.records)
+        fast = nxt.fast
+        if fast is None:
+            nxt.plan = out_plan(f, nxt.metas)
+            fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos) or False
+        if fast:
+            return self._defer_one(f, (key, targs, tkw), nxt, fast)
         plan = nxt.plan
-        if plan is None:
-            plan = nxt.plan = out_plan(f, nxt.metas)
         new = nxt.new_bytes
         if new:
             self.queued_bytes += new
-            if memory.counted() + self.queued_bytes > 0.9 * memory.capacity():
+            if memory.counted() + self.queued_bytes > self.soft_limit:
                 self._admit_pending(f, new)
         outs, pairs = [], []
         prod = self.producers
@@ -221,8 +244,8 @@ class Engine:
                 pairs.append((tr, sr))
                 if spec.queueable:
                     r = ref(pos, k)
-                    prod[id(t)] = Produced(pos, k, tr, r)
-                    prod[id(st)] = Produced(pos, k, sr, r)
+                    prod[id(t)] = _tuple_new(Produced, (pos, k, tr, r))
+                    prod[id(st)] = _tuple_new(Produced, (pos, k, sr, r))
             elif kind == CALLER:                           # in-place / out=: caller's tensor
                 a = spec.arg
                 t = args[a] if type(a) is int else kwargs[a]
@@ -237,7 +260,7 @@ class Engine:
         for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
-                prod[id(t)] = Produced(pos, k, _wref(t), ref(pos, k))
+                prod[id(t)] = _tuple_new(Produced, (pos, k, _wref(t), ref(pos, k)))
         rec = QueuedOp(f, targs, tkw, key, nxt.metas, nxt.structure, nxt.where, plan)
         rec.outs = pairs
         self.records.append(rec)
@@ -251,6 +274,32 @@ class Engine:
             self.flush("memory")
         return rebuild(nxt.structure, outs)
 
+    def _defer_one(self, f, described, nxt: Node, fast) -> Tensor:
+        """``_defer`` for the common op (``record.FastOut``: one new contiguous tensor)."""
+        pos = len(self.records)
+        self.queued_bytes += fast.nbytes
+        if memory.counted() + self.queued_bytes > self.soft_limit:
+            self._admit_pending(f, fast.nbytes)
+        t = _create(fast.size, fast.dtype)        # shell.pending_dense, inline
+        st = t.untyped_storage()
+        st._h = None
+        t._d = None
+        tr, sr = _wref(t), _wref(st)
+        if fast.queueable:
+            prod = self.producers
+            prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
+            prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
+        rec = QueuedOp(f, described[1], described[2], described[0], nxt.metas, "t", nxt.where,
+                       nxt.plan)
+        rec.outs = [(tr, sr)]
+        self.records.append(rec)
+        self.node = nxt
+        _executed[f.name] += 1
+        if self._pressure:
+            self._pressure = False
+            self.flush("memory")
+        return t
+
     def _admit_pending(self, f, new: int) -> None:
         """The bound on this segment's pending bytes crossed 90% of the capacity: count the
         live ones exactly. Past the capacity, OutOfMemoryError before anything is handed out;
@@ -258,7 +307,7 @@ class Engine:
         memory.check(new, f.name)
         live = self.pending_bytes()
         self.queued_bytes = live + new          # the bound starts again from the exact value
-        if memory.counted() + live + new > 0.9 * memory.capacity():
+        if memory.counted() + live + new > self.soft_limit:
             self._pressure = True
 
     def pending_bytes(self) -> int:

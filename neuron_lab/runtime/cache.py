@@ -25,7 +25,7 @@ class Node:
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
     determines it, so it is the same for every region through this node)."""
     __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "_new_bytes",
-                 "_alias_outs", "where")
+                 "_alias_outs", "where", "fast")
 
     def __init__(self, depth: int = 0, metas=None, structure=None, where=None) -> None:
         self.where = where        # the user's line that issued this op when it was recorded
@@ -35,6 +35,7 @@ class Node:
         self.metas = metas
         self.structure = structure
         self.plan = None          # record.out_plan: tuple of OutSpec, built on first deferral
+        self.fast = None          # record.FastOut, False when the op is not that simple, or None
         self._new_bytes = None
         self._alias_outs = None
 

@@ -62,8 +62,11 @@ def arg_at(rec, path):
 
 
 def packed_scalars(scalars, records: list) -> Tensor:
-    """The region's data floats, in plan order, as the program's first input."""
-    return torch.tensor([arg_at(records[i], p) for i, p in scalars], dtype=torch.float64)
+    """The region's data floats, in plan order, as the program's first input (read inline:
+    once per launch for every float of the region, 42 in W1's)."""
+    return torch.tensor([(records[i].args[w] if type(w) is int else records[i].kwargs[w])
+                         if sub is None else arg_at(records[i], (w, sub))
+                         for i, (w, sub) in scalars], dtype=torch.float64)
 
 
 def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:

@@ -50,6 +50,8 @@ def fill(target, h: Tensor) -> None:
 
 
 def live_outputs(records: list) -> set:
-    """{(op, output)} whose pending tensor (or its storage) is still alive."""
+    """{(op, output)} whose pending tensor (or its storage) is still alive. The storage decides:
+    a live tensor keeps its storage (and PyTorch its one Python object) alive, and a storage
+    outlives its tensor only through a C++ shallow copy, which needs the value too."""
     return {(i, k) for i, rec in enumerate(records) for k, pair in enumerate(rec.outs)
-            if pair is not None and alive(pair) is not None}
+            if pair is not None and pair[1]() is not None}

@@ -68,6 +68,7 @@ def region_cost(region) -> RegionCost:
     per_op, consumed, ext_total, flops_total = [], set(), 0, 0.0
     dtypes: list = []
     for i, (op, argkeys) in enumerate(region.keys):
+        op = getattr(op, "op", op)          # keys name the op by its OpFacts
         ext, internal = [], []
         names = {a.name for a in getattr(op, "_schema", None).arguments} \
             if hasattr(op, "_schema") else set()
