@@ -277,13 +277,18 @@ class Engine:
     def _defer_one(self, f, described, nxt: Node, fast) -> Tensor:
         """``_defer`` for the common op (``record.FastOut``: one new contiguous tensor)."""
         pos = len(self.records)
-        self.queued_bytes += fast.nbytes
-        if memory.counted() + self.queued_bytes > self.soft_limit:
-            self._admit_pending(f, fast.nbytes)
-        t = _create(fast.size, fast.dtype)        # shell.pending_dense, inline
-        st = t.untyped_storage()
-        st._h = None
-        t._d = None
+        if fast.nbytes:
+            self.queued_bytes += fast.nbytes
+            if memory.counted() + self.queued_bytes > self.soft_limit:
+                self._admit_pending(f, fast.nbytes)
+        if fast.dense:
+            t = _create(fast.size, fast.dtype)    # shell.pending_dense, inline
+            st = t.untyped_storage()
+            st._h = None
+            t._d = None
+        else:
+            t = _pending(fast.size, fast.stride, fast.dtype, fast.offset)
+            st = t.untyped_storage()
         tr, sr = _wref(t), _wref(st)
         if fast.queueable:
             prod = self.producers

@@ -10,7 +10,8 @@ Key of one argument:
 - a neuron tensor produced earlier in the same region: ``("r", distance_back, output_index)``
   (relative, so a loop body has the same keys in every iteration); its template is a ``Ref``;
 - any other neuron tensor (an input of the region): ``("x", shape, stride, offset, dtype)``;
-- lists/tuples: a tuple of keys; Python numbers: ``(type, value)`` (1, 1.0 and True differ);
+- lists/tuples: a tuple of keys, except a top-level list of plain ints (sizes, dims: the common
+  case) ``("ints", values)``; Python numbers: ``(type, value)`` (1, 1.0 and True differ);
   everything else (dtypes, None, strings, devices) as itself;
 - a Python float of an op whose floats are data (``OpFacts.floats_are_data``: pointwise, foreach,
   fused optimizer ops): ``FLOAT``, without its value. The template keeps the value, so a per-op
@@ -133,6 +134,14 @@ def describe(facts, args, kwargs, pos: int, producers: dict):
             keys.append(FLOAT)
             targs.append(a)
             continue
+        elif t is list:
+            for v in a:
+                if type(v) is not int:
+                    break
+            else:                                   # sizes, dims: plain ints
+                keys.append(("ints", tuple(a)))
+                targs.append(a)
+                continue
         k, v = _describe(a, pos, producers, floats)
         keys.append(k)
         targs.append(v)
@@ -214,11 +223,15 @@ def _contiguous(size) -> tuple:
 
 
 class FastOut(NamedTuple):
-    """The common deferred op, precomputed per trie node: one new contiguous output returned
-    as a plain tensor (``Engine._defer``'s fast path)."""
+    """The common deferred op, precomputed per trie node: one new pending tensor returned as
+    a plain tensor (``Engine._defer_one``); ``dense``: contiguous at offset 0 (no restride);
+    ``nbytes`` 0 for a view."""
     size: tuple
+    stride: tuple
+    offset: int
     dtype: torch.dtype
     nbytes: int
+    dense: bool
     queueable: bool
     ref: Ref
 
@@ -228,9 +241,11 @@ def fast_out(plan: tuple, structure, pos: int) -> FastOut | None:
     if structure != "t" or len(plan) != 1:
         return None
     spec = plan[0]
-    if spec.kind != PENDING or not spec.dense or not spec.nbytes:
+    if spec.kind != PENDING:
         return None
-    return FastOut(spec.meta.size, spec.meta.dtype, spec.nbytes, spec.queueable, ref(pos, 0))
+    m = spec.meta
+    return FastOut(m.size, m.stride, m.offset, m.dtype, spec.nbytes, spec.dense, spec.queueable,
+                   ref(pos, 0))
 
 
 def out_plan(facts, metas) -> tuple[OutSpec, ...]:

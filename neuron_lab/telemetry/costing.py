@@ -57,6 +57,8 @@ def _args(key, i: int, metas, ext: list, internal: list, consumed: set):
             return key[1]
         if key == ("float",):
             return 1.0
+        if len(key) == 2 and key[0] == "ints" and type(key[1]) is tuple:
+            return list(key[1])
         return [_args(k, i, metas, ext, internal, consumed) for k in key]
     return key
 
