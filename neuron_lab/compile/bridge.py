@@ -35,7 +35,7 @@ def to_device(outs, on_device, name: str):
     for h, dev in zip(outs, on_device):
         if dev and isinstance(h, Tensor):
             st = h.untyped_storage()
-            if id(st) not in memory._live and id(st) not in new:
+            if not memory.is_counted(st) and id(st) not in new:
                 new[id(st)] = st
     if new:
         need = sum(s.nbytes() for s in new.values())

@@ -219,18 +219,19 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
 def _regrow(op: str, h: Tensor, s: Tensor) -> None:
     """Account a host storage an op grew in place (``resize_``, ``out=``). Past the capacity,
     undo it — shrink the storage back, restore ``h`` to shell ``s``'s metadata — and raise, so
-    the tensor is unchanged."""
+    the tensor is unchanged. (A CPU resize replaces the storage's bytes: the native counter has
+    already uncounted the old ones; the shell's storage still has the old size.)"""
     st = h.untyped_storage()
     old = memory.counted_bytes(st)
-    grow = st.nbytes() - old if old is not None else 0
-    if grow > 0:
-        try:
-            memory.check(grow, op)
-        except torch.OutOfMemoryError:
-            st.resize_(old)
-            h.set_(st, s.storage_offset(), s.shape, s.stride())
-            raise
-    memory.retrack(st)
+    if old is None:
+        old = s.untyped_storage().nbytes()
+    try:
+        memory.track(st, op)
+    except torch.OutOfMemoryError:
+        st.resize_(old)
+        h.set_(st, s.storage_offset(), s.shape, s.stride())
+        memory.track(st)
+        raise
 
 
 def wrap_result(f: OpFacts, out, args, kwargs):

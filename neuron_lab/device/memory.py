@@ -1,11 +1,11 @@
 """Device memory accounting against a modelled HBM capacity.
 
 What is counted: the bytes of every host storage that backs a live ``neuron`` tensor, once per
-storage (views share their base's storage and are not counted again). Lifetime is exact: each
-storage gets a weak reference whose callback queues its uncount the moment the storage dies
-(PyTorch keeps one Python object per live storage, so the weakref fires when the C++ storage is
-freed, not when a Python handle goes away); every read of the counts first applies the queued
-uncounts (``_drain``). The callback is a C function, so an interrupt cannot lose an uncount.
+storage (views share their base's storage and are not counted again). Lifetime is exact: the
+counter uncounts a storage's bytes when they are freed. The counter is ``csrc/accounting.cpp``
+(it wraps the storage's DataPtr: the free itself uncounts, in whatever thread it happens,
+~0.2 us per new tensor) when the native extension is built, else ``counting.PyCounter`` (a weak
+reference per storage, ~1.8 us); both have the same operations, so this module reads one.
 
 Reserved memory models a caching allocator: it is the high-water mark of allocated bytes rounded
 up to 2 MiB segments, released by ``empty_cache()`` back down to what is allocated.
@@ -28,30 +28,24 @@ current value, and intermediates that lived only between two deferred ops never 
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from typing import Any
 
 import torch
 
-from . import config, events, seam
+from . import config, counting, events, seam
 
-SEGMENT = 2 << 20
-# Reentrant: creating an entry (tuple, weakref) can run the cyclic GC, which can free another
-# storage and call ``_freed`` on this same thread while the lock is held (a plain Lock deadlocked
-# the adaptive OpInfo sweep in ``settle``).
-_lock = threading.RLock()
-_live: dict[int, tuple[weakref.ref, int]] = {}   # id(storage) -> (weakref, nbytes)
-# Weak references whose storage died and is not uncounted yet. The weakref callback is
-# ``_dead.append`` itself, a C function: no Python code runs when a storage dies, so a
-# KeyboardInterrupt (or any exception) cannot land in the middle of an uncount and lose it, as
-# it did in a Python callback (issue 15: an interrupt there left 9216 B counted after every
-# tensor was freed). ``_drain`` does the uncounting before anything reads or writes the counts.
-_dead: list = []
-_state = {"allocated": 0, "peak": 0, "reserved": 0, "reserved_peak": 0,
-          "n_alloc": 0, "n_free": 0, "bytes_alloc": 0, "bytes_freed": 0, "ooms": 0,
-          "peak_count": 0}
+SEGMENT = counting.SEGMENT
+_counter: Any = counting.PyCounter()     # the native counter replaces it (use_native)
+_count = _counter.count_storage
+_allocated = _counter.allocated_bytes
+_ooms = 0
 _capacity: int | None = None
+
+
+def use_native(ext) -> None:
+    """Count with the native extension's counter (before any neuron tensor exists)."""
+    global _counter, _count, _allocated
+    _counter, _count, _allocated = ext, ext.count_storage, ext.allocated_bytes
 
 
 def _host_ram() -> int:
@@ -71,227 +65,119 @@ def capacity() -> int:
     return _capacity
 
 
-def _round(n: int) -> int:
-    return -(-n // SEGMENT) * SEGMENT
+def check(requested: int, op: str) -> None:
+    """Raise OutOfMemoryError if ``requested`` more bytes would exceed the capacity."""
+    global _ooms
+    cap = capacity()
+    if not requested or _allocated() + requested <= cap:
+        return
+    alloc = _allocated() + seam.pending_bytes()
+    if alloc + requested <= cap:
+        return
+    _ooms += 1
+    events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)  # kept if unheard
+    raise torch.OutOfMemoryError(
+        f"neuron: out of memory on device neuron:0 in {op}: tried to allocate {_fmt(requested)} "
+        f"({requested} bytes) with {_fmt(alloc)} ({alloc} bytes) allocated of {_fmt(cap)} "
+        f"({cap} bytes) modelled HBM capacity. Free tensors you no longer need (del x), or raise "
+        f"the capacity with NEURON_LAB_HBM_GB. Every existing tensor is unchanged.")
 
 
-class _Ref(weakref.ref):
-    """A storage's weak reference, carrying the key it is counted under."""
-    __slots__ = ("key",)
+def track(storage, op: str | None = None) -> None:
+    """Count host ``storage`` as device memory until its bytes are freed (no-op if counted; a
+    storage resized in place is recounted). With ``op``, first check the capacity
+    (OutOfMemoryError naming ``op``; nothing counted)."""
+    if _count(storage, capacity() if op is not None else -1) == -1:
+        old = _counter.counted_bytes(storage)
+        check(storage.nbytes() - max(old, 0), op)   # raises, with the message
+        _count(storage, -1)
 
 
-def _drain() -> None:
-    """Uncount the storages that died. Interrupt-safe: a reference leaves ``_dead`` only after
-    its uncount is complete (the steps between ``_live.get`` and ``_dead.pop`` are dict and
-    integer operations, at which the interpreter does not run signal handlers), and an entry is
-    uncounted only if it is still this reference's (``entry[0] is r``), so a retried drain never
-    uncounts twice and never touches a newer storage that reuses the id."""
-    with _lock:
-        while _dead:
-            r = _dead[-1]
-            entry = _live.get(r.key)
-            if entry is not None and entry[0] is r:
-                del _live[r.key]
-                n = entry[1]
-                _state["allocated"] -= n
-                _state["n_free"] += 1
-                _state["bytes_freed"] += n
-            _dead.pop()
+retrack = track        # a counted storage changed size in place (resize_): count its new size
 
 
 def is_counted(storage) -> bool:
-    if _dead:
-        _drain()
-    return id(storage) in _live
+    return _counter.counted_bytes(storage) >= 0
 
 
 def untracked_bytes(storages) -> int:
     """Bytes of the storages in ``storages`` that are not yet counted (new allocations)."""
-    if _dead:
-        _drain()
-    return sum(s.nbytes() for s in storages if id(s) not in _live)
-
-
-def check(requested: int, op: str) -> None:
-    """Raise OutOfMemoryError if ``requested`` more bytes would exceed the capacity."""
-    cap = capacity()
-    if _dead:
-        _drain()
-    if requested and _state["allocated"] + requested > cap:
-        alloc = _state["allocated"] + seam.pending_bytes()
-        if alloc + requested <= cap:
-            return
-        _state["ooms"] += 1
-        events.emit(events.OOM, requested=requested, allocated=alloc, capacity=cap)  # kept if unheard
-        raise torch.OutOfMemoryError(
-            f"neuron: out of memory on device neuron:0 in {op}: tried to allocate {_fmt(requested)} "
-            f"({requested} bytes) with {_fmt(alloc)} ({alloc} bytes) allocated of {_fmt(cap)} "
-            f"({cap} bytes) modelled HBM capacity. Free tensors you no longer need (del x), or raise "
-            f"the capacity with NEURON_LAB_HBM_GB. Every existing tensor is unchanged.")
-
-
-def _watch(storage) -> weakref.ref:
-    """A weak reference that queues ``storage``'s uncount the moment it dies (see ``_dead``)."""
-    r = _Ref(storage, _dead.append)
-    r.key = id(storage)
-    return r
-
-
-def _count(storage, n: int) -> None:
-    # Under the lock: threads allocate concurrently (eager mode takes no engine lock) and a
-    # storage dying in another thread runs ``_freed`` there; ``+=`` on the totals is a
-    # read-modify-write the interpreter can switch threads in.
-    ref = _watch(storage)
-    with _lock:
-        if _dead:
-            _drain()
-        _live[id(storage)] = (ref, n)
-        s = _state
-        s["allocated"] += n
-        s["n_alloc"] += 1
-        s["bytes_alloc"] += n
-        _raise_peaks(s)
-
-
-def track(storage, op: str | None = None) -> None:
-    """Count ``storage`` as device memory until it dies (no-op if already counted). With ``op``,
-    first check the capacity (OutOfMemoryError naming ``op``)."""
-    if _dead:
-        _drain()
-    if id(storage) in _live:
-        return
-    n = storage.nbytes()
-    if op is not None and _state["allocated"] + n > capacity():
-        check(n, op)
-    _count(storage, n)
-
-
-def _raise_peaks(s: dict) -> None:
-    if s["allocated"] > s["peak"]:
-        s["peak"] = s["allocated"]
-    if len(_live) > s["peak_count"]:
-        s["peak_count"] = len(_live)
-    if s["allocated"] > s["reserved"]:
-        s["reserved"] = _round(s["allocated"])
-        if s["reserved"] > s["reserved_peak"]:
-            s["reserved_peak"] = s["reserved"]
+    return sum(s.nbytes() for s in storages if _counter.counted_bytes(s) < 0)
 
 
 def counted_bytes(storage) -> int | None:
     """The bytes ``storage`` is counted with, or None if it is not counted."""
-    if _dead:
-        _drain()
-    entry = _live.get(id(storage))
-    return entry[1] if entry is not None else None
-
-
-def retrack(storage) -> None:
-    """A counted storage changed size in place (``resize_``): update its bytes."""
-    if _dead:
-        _drain()
-    key = id(storage)
-    entry = _live.get(key)
-    if entry is None:
-        track(storage)
-        return
-    n = storage.nbytes()
-    if n != entry[1]:
-        with _lock:
-            _live[key] = (entry[0], n)
-            _state["allocated"] += n - entry[1]
-            # totals stay consistent: freed never exceeds allocated
-            _state["bytes_alloc" if n > entry[1] else "bytes_freed"] += abs(n - entry[1])
-            _raise_peaks(_state)
+    n = _counter.counted_bytes(storage)
+    return n if n >= 0 else None
 
 
 def counted() -> int:
     """Bytes of the materialised storages (the device's own checks: no pending outputs summed)."""
-    if _dead:
-        _drain()
-    return _state["allocated"]
+    return _allocated()
 
 
 def memory_allocated(device=None) -> int:
     """Materialised bytes plus the live pending outputs' (a reported value raises the peaks)."""
-    if _dead:
-        _drain()
     pend = seam.pending_bytes()
-    n = _state["allocated"] + pend
-    if pend and (n > _state["peak"] or n > _state["reserved"]):
-        with _lock:
-            s = _state
-            if n > s["peak"]:
-                s["peak"] = n
-            if n > s["reserved"]:
-                s["reserved"] = _round(n)
-                s["reserved_peak"] = max(s["reserved_peak"], s["reserved"])
+    n = _allocated() + pend
+    if pend:
+        _counter.observe_allocated(n)
     return n
 
 
 def max_memory_allocated(device=None) -> int:
     memory_allocated()
-    return _state["peak"]
+    return _counter.memory_totals()[1]
 
 
 def memory_reserved(device=None) -> int:
-    return _state["reserved"]
+    return _counter.memory_totals()[2]
 
 
 def max_memory_reserved(device=None) -> int:
-    return _state["reserved_peak"]
+    return _counter.memory_totals()[3]
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _drain()
-    n = _state["allocated"] + seam.pending_bytes()
-    with _lock:
-        _state["peak"] = n
-        _state["reserved_peak"] = _state["reserved"]
-        _state["peak_count"] = len(_live)
+    _counter.reset_peaks(_allocated() + seam.pending_bytes())
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    with _lock:
-        for k in ("n_alloc", "n_free", "bytes_alloc", "bytes_freed", "ooms"):
-            _state[k] = 0
+    global _ooms
+    _counter.reset_accumulated()
+    _ooms = 0
 
 
 def empty_cache() -> None:
-    _drain()
-    n = _state["allocated"] + seam.pending_bytes()
-    with _lock:
-        _state["reserved"] = _round(n)
+    _counter.set_reserved(_allocated() + seam.pending_bytes())
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
-    _drain()
     cap = capacity()
-    return cap - _state["reserved"], cap
+    return cap - memory_reserved(), cap
 
 
 def live_storages() -> int:
-    _drain()
-    return len(_live)
+    return _counter.memory_totals()[8]
 
 
 def memory_stats(device=None) -> dict[str, Any]:
     """Same key names as ``torch.cuda.memory_stats`` where they apply (pool: ``all`` only)."""
     now = memory_allocated()
-    s = _state
+    (_, peak, reserved, reserved_peak, n_alloc, n_free, bytes_alloc, bytes_freed, live,
+     peak_live) = _counter.memory_totals()
     out: dict[str, Any] = {}
-    for name, cur, peak, alloc, freed in (
-            ("allocated_bytes", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
-            ("active_bytes", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
-            ("reserved_bytes", s["reserved"], s["reserved_peak"], s["reserved_peak"],
-             s["reserved_peak"] - s["reserved"]),
-            ("allocation", len(_live), s["peak_count"], s["n_alloc"], s["n_free"])):
+    for name, cur, top, alloc, freed in (
+            ("allocated_bytes", now, peak, bytes_alloc, bytes_freed),
+            ("active_bytes", now, peak, bytes_alloc, bytes_freed),
+            ("reserved_bytes", reserved, reserved_peak, reserved_peak, reserved_peak - reserved),
+            ("allocation", live, peak_live, n_alloc, n_free)):
         out[f"{name}.all.current"] = cur
-        if peak is not None:
-            out[f"{name}.all.peak"] = peak
+        out[f"{name}.all.peak"] = top
         out[f"{name}.all.allocated"] = alloc
         out[f"{name}.all.freed"] = freed
-    out.update({"num_ooms": s["ooms"], "num_alloc_retries": 0,
-                "num_device_alloc": s["n_alloc"], "num_device_free": s["n_free"],
+    out.update({"num_ooms": _ooms, "num_alloc_retries": 0,
+                "num_device_alloc": n_alloc, "num_device_free": n_free,
                 "capacity_bytes": capacity()})
     return out
 
@@ -307,22 +193,23 @@ def _fmt(n: float) -> str:
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A readable table in the spirit of ``torch.cuda.memory_summary``."""
     now = memory_allocated()
-    s = _state
+    (_, peak, reserved, reserved_peak, n_alloc, n_free, bytes_alloc, bytes_freed, live,
+     _peak_live) = _counter.memory_totals()
     cap = capacity()
-    rows = [("Allocated memory", now, s["peak"], s["bytes_alloc"], s["bytes_freed"]),
-            ("Reserved memory", s["reserved"], s["reserved_peak"], None, None)]
+    rows = [("Allocated memory", now, peak, bytes_alloc, bytes_freed),
+            ("Reserved memory", reserved, reserved_peak, None, None)]
     w = 75
     lines = ["=" * w,
              f"  neuron:0 memory summary (emulated Trainium2 HBM, capacity {_fmt(cap)})".ljust(w),
              "-" * w,
              f"{'Metric':<22}|{'Cur Usage':>12} |{'Peak Usage':>12} |{'Tot Alloc':>11} |{'Tot Freed':>10}",
              "-" * w]
-    for name, cur, peak, alloc, freed in rows:
-        lines.append(f"{name:<22}|{_fmt(cur):>12} |{_fmt(peak):>12} |"
+    for name, cur, top, alloc, freed in rows:
+        lines.append(f"{name:<22}|{_fmt(cur):>12} |{_fmt(top):>12} |"
                      f"{_fmt(alloc) if alloc is not None else '':>11} |"
                      f"{_fmt(freed) if freed is not None else '':>10}")
-    lines.append(f"{'Live storages':<22}|{len(_live):>12} |{'':>12} |{s['n_alloc']:>11} |{s['n_free']:>10}")
-    lines.append(f"{'Free (of capacity)':<22}|{_fmt(cap - s['reserved']):>12} |")
-    lines.append(f"{'OOMs':<22}|{s['ooms']:>12} |")
+    lines.append(f"{'Live storages':<22}|{live:>12} |{'':>12} |{n_alloc:>11} |{n_free:>10}")
+    lines.append(f"{'Free (of capacity)':<22}|{_fmt(cap - reserved):>12} |")
+    lines.append(f"{'OOMs':<22}|{_ooms:>12} |")
     lines.append("=" * w)
     return "\n".join(lines)

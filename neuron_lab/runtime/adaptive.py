@@ -90,6 +90,7 @@ class Engine:
         self.cand = self.match = 0
         self.queued_bytes = 0     # bytes of every pending output handed out this segment
         self.soft_limit = 0.9 * memory.capacity()   # past it (with the bound): count exactly
+                                                    # (set again at every segment start)
         self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
@@ -120,6 +121,8 @@ class Engine:
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
             described = None
+        if not self.records:    # a segment starts here (never on the fast path): the capacity
+            self.soft_limit = 0.9 * memory.capacity()   # may have changed since the last one
         if not _is_plain(f) and (
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))

@@ -131,15 +131,18 @@ def test_summary_and_mem_get_info(base):
 
 
 def test_a_storage_freed_by_the_gc_while_accounting_does_not_deadlock():
-    """The cyclic GC can run inside memory accounting (it allocates tuples and weakrefs) and
-    free a storage there, whose callback re-enters the accounting on the same thread."""
+    """The cyclic GC can run inside memory accounting (the Python counter allocates tuples and
+    weakrefs) and free a storage there, whose uncount re-enters the counter on the same thread.
+    Checked on the device's counter and on the Python one (the fallback without the native
+    extension), with the lock held as the counter holds it."""
     import gc
     import threading
-    from neuron_lab.device import memory
+    from neuron_lab.device import counting
 
     class Cycle:
         pass
     done = threading.Event()
+    py = counting.PyCounter()
 
     def body():
         gc.collect()
@@ -150,13 +153,16 @@ def test_a_storage_freed_by_the_gc_while_accounting_does_not_deadlock():
             for _ in range(50):
                 c = Cycle()
                 c.me, c.t = c, torch.ones(64, device="neuron")   # freed only by the GC
+                c.s = torch.ones(64).untyped_storage()
+                py.count_storage(c.s, -1)
                 del c
-                with memory._lock:       # the callback must be able to take the lock again
-                    memory.track(torch.empty(0).untyped_storage())
+                with py.lock:            # the uncount must be able to take the lock again
+                    py.count_storage(torch.empty(0).untyped_storage(), -1)
         finally:
             gc.set_threshold(*old)
         gc.collect()
         assert torch.neuron.memory_allocated() == before
+        assert py.allocated_bytes() == 0 and py.memory_totals()[8] == 0
         done.set()
     t = threading.Thread(target=body, daemon=True)
     t.start()

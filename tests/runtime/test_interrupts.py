@@ -83,7 +83,7 @@ def test_interrupts_keep_handed_out_values(compile_off, mode):
         neuron_lab.sync()
         gc.collect()
         assert memory.memory_allocated() == base
-        assert memory.live_storages() == len(memory._live)
+        assert memory.live_storages() == memory.memory_stats()["allocation.all.current"]
 
 
 def test_uncount_survives_an_interrupt_at_the_free():
