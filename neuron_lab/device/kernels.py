@@ -74,7 +74,7 @@ def unwrap(f: OpFacts, args, kwargs, found: list):
     for a in args:
         if isinstance(a, Tensor):
             if a.is_cpu:
-                if (a.dim() or _written(f, a, args)) and not f.mixed_ok:
+                if (a.dim() or f.mutates and _written(f, a, args)) and not f.mixed_ok:
                     raise _mismatch(f, a)
             else:
                 found.append(a.dtype)

@@ -69,7 +69,10 @@ def wrap(h: torch.Tensor) -> torch.Tensor:
     """A new shell for host tensor ``h`` (same size, stride, offset, dtype)."""
     if h.is_contiguous() and h.storage_offset() == 0:
         s = _create(h.shape, h.dtype)
-        bind(s.untyped_storage(), h.untyped_storage())
+        st, hs = s.untyped_storage(), h.untyped_storage()
+        st._h = hs                      # bind(st, hs), inline: wrap is on every op's path
+        if _bind is not None:
+            _bind(st._cdata, hs._cdata)
     else:
         hs = h.untyped_storage()
         s = _create((0,), h.dtype)
