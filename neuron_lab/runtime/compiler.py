@@ -231,12 +231,18 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
 
 
 def _inductor(gm: fx.GraphModule, examples: list, largest: int):
+    """``compile_fx`` with ``NEURON_LAB_COMPILE_THREADS`` compile workers (default 1). Inductor
+    would start a pool of one worker process per core, each importing torch: on 2 cores a user's
+    training step ran 1.35x its eager time on average while the first regions compiled (4x for
+    the first 2 s, the pool starting), 1.14x with the compile in the compile thread alone
+    (bench W7); the compile itself took as long (15-16 s for W3's regions, empty cache)."""
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
+    patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
-        with iconf.patch({"cpp.threads": 1}):
-            return compile_fx(gm, examples)
-    return compile_fx(gm, examples)
+        patch["cpp.threads"] = 1
+    with iconf.patch(patch):
+        return compile_fx(gm, examples)
 
 
 def _fake(examples: list) -> list:

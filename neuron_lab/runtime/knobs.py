@@ -31,6 +31,10 @@ CACHE_SIZE = Knob("NEURON_LAB_REGION_CACHE", 512, int, doc="regions kept (LRU)")
 COMPILE_SWITCH_US = Knob("NEURON_LAB_COMPILE_SWITCH_US", 50.0, float,
                          doc="the interpreter's GIL switch interval while a background compile "
                              "runs (0: leave it at Python's 5 ms)")
+COMPILE_THREADS = Knob("NEURON_LAB_COMPILE_THREADS", 1, int, minimum=1,
+                       doc="inductor's compile workers for the runtime's background compiles "
+                           "(1: in the compile thread; more start a process pool that competes "
+                           "with the user's loop for cores)")
 COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,
                      doc="regions waiting for a background compile at most; a region found "
                          "while the queue is full is queued at a later launch")
