@@ -76,6 +76,8 @@ class Region:
         self.since_decided = 0          # launches since the policy judged it slower
         self.backoff = 0                # launches before a slower region is tried again (policy)
         self.per_op_launches = 0
+        self.floats_seen: Any = None    # its data floats while constant (policy rule 6)
+        self.floats_before: Any = None  # those of its specialized program, after they changed
 
     def move(self, to: Status, error: str | None = None) -> bool:
         """The one place a region's status changes (``status.NEXT`` lists the transitions).

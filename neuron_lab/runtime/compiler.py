@@ -11,16 +11,24 @@ argument path), the aliasing pattern of inputs at compile time (a launch whose i
 differently runs per-op instead), and which (op, output) pairs the program returns.
 
 Float arguments that are data (``record.FLOAT`` in the key: pointwise/foreach/optimizer ops)
-are not baked into the graph: they arrive packed in one float64 host tensor, the program's first
-input, and each is read inside the graph with ``select`` + ``item()`` (an unbacked SymFloat,
-which is how Dynamo passes unspecialized floats to inductor). The same program then serves every
-optimizer step. Some ops cannot take a float as data: ``lerp``'s decomposition branches on its
-weight (``weight >= 0.5``, a guard on an unbacked value), ``nan_to_num``'s schema wants a plain
-float. When compiling with unbacked floats fails, the region is compiled again with its floats
-*specialized*: baked into the graph as the constants of the launch that compiled it, and
-guarded at every launch (``fused.launch_inputs``: a launch whose floats differ runs per-op).
-Regions whose floats never change (``nan_to_num(x, 0.0)``, ``lerp(x, y, 0.3)``, an EMA decay)
-then fuse; ones whose floats change every step stay per-op, as before, with correct results either way.
+are not part of the region's key, so an optimizer step whose bias corrections change every step
+stays one region. How the program gets them:
+
+- **Constant floats are specialized.** If a region's floats were the same at every launch
+  before its compile (``policy`` notes them: ``x * 1.01``, ``clamp_min(-2.0)``, an EMA decay),
+  they are baked into the graph as constants (``Specialized``, ``chosen``) and guarded at every
+  launch: the kernel then needs no scalar loads (W2's 20-op chain: 3.0 ms with the floats as
+  data, read inside the vector loop, 1.95 ms for torch.compile's constants). A launch whose
+  floats differ raises ``fused.FloatsChanged``: the policy runs it per-op and compiles the
+  region again with its floats as data.
+- **Changing floats are data**: packed in one float64 host tensor, the program's first input,
+  each read inside the graph with ``select`` + ``item()`` (an unbacked SymFloat, which is how
+  Dynamo passes unspecialized floats to inductor). The same program serves every optimizer step.
+- Some ops cannot take a float as data: ``lerp``'s decomposition branches on its weight
+  (``weight >= 0.5``, a guard on an unbacked value), ``nan_to_num``'s schema wants a plain float.
+  When compiling with unbacked floats fails, the region is compiled with its floats specialized
+  to the launch that compiled it (``Specialized``, not ``chosen``); a launch whose floats differ
+  runs per-op, with correct results either way.
 """
 from __future__ import annotations
 
@@ -61,12 +69,37 @@ def arg_at(rec, path):
     return a if sub is None else a[sub]
 
 
+def scalar_values(scalars, records: list) -> list:
+    """The region's data floats, in plan order (read inline: once per launch for every float
+    of the region, 42 in W1's)."""
+    return [(records[i].args[w] if type(w) is int else records[i].kwargs[w])
+            if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]
+
+
 def packed_scalars(scalars, records: list) -> Tensor:
-    """The region's data floats, in plan order, as the program's first input (read inline:
-    once per launch for every float of the region, 42 in W1's)."""
-    return torch.tensor([(records[i].args[w] if type(w) is int else records[i].kwargs[w])
-                         if sub is None else arg_at(records[i], (w, sub))
-                         for i, (w, sub) in scalars], dtype=torch.float64)
+    """The region's data floats, in plan order, as the program's first input."""
+    return torch.tensor(scalar_values(scalars, records), dtype=torch.float64)
+
+
+def data_floats(records: list) -> list:
+    """Every data float of ``records`` in the order ``build`` packs them (without a plan)."""
+    out: list = []
+
+    def walk(a) -> None:
+        t = type(a)
+        if t is float:
+            out.append(a)
+        elif t is list or t is tuple:
+            for x in a:
+                walk(x)
+    for rec in records:
+        if rec.facts.floats_are_data:
+            for a in rec.args:
+                walk(a)
+            if rec.kwargs:
+                for v in rec.kwargs.values():
+                    walk(v)
+    return out
 
 
 def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
@@ -180,11 +213,14 @@ def _fx_patches_stay_in_their_thread() -> None:
 
 class Specialized:
     """A program compiled with the region's floats as constants ``fixed`` (a list, in plan
-    order); ``fused.launch_inputs`` checks them before each launch."""
-    __slots__ = ("program", "fixed")
+    order); ``fused.launch_inputs`` checks them before each launch. ``chosen``: specialized
+    because the floats were constant (else: because they cannot be data). ``packed``: the
+    scalars input the program still takes (unread), made once."""
+    __slots__ = ("program", "fixed", "chosen", "packed")
 
-    def __init__(self, program, fixed: list) -> None:
-        self.program, self.fixed = program, fixed
+    def __init__(self, program, fixed: list, chosen: bool = False) -> None:
+        self.program, self.fixed, self.chosen = program, fixed, chosen
+        self.packed = torch.tensor(fixed, dtype=torch.float64)
 
     def __call__(self, *inputs):
         return self.program(*inputs)
@@ -209,10 +245,12 @@ def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
     return gm
 
 
-def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
+def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
+                    fixed: list | None = None, fallback: list | None = None):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
-    If the region's floats cannot be data, the program is compiled with them specialized
-    (``Specialized``; see the module header).
+    ``fixed``: the region's floats were constant (these values): specialize them. If the floats
+    cannot be data, the program is specialized too (``Specialized``; see the module header), on
+    ``fallback`` (the values a specialized program of the region had) or this launch's.
 
     Regions whose tensors are all small are compiled single-threaded: OpenMP fork/join costs
     more than the work (measured, 65 ops on 1 K floats, 2 cores: 390-730 us with 2 threads vs
@@ -223,10 +261,12 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0):
     item = torch.ops.aten._local_scalar_dense.default
     if not any(n.target is item for n in gm.graph.nodes):
         return _inductor(gm, examples, largest)
+    if fixed is not None:
+        return Specialized(_inductor(_specialize(gm, fixed), examples, largest), fixed, chosen=True)
     try:                                                   # packed floats (see module header)
         return _inductor(copy.deepcopy(gm), _fake(examples), largest)
     except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard at launch
-        values = examples[0].tolist()
+        values = fallback if fallback is not None else examples[0].tolist()
         return Specialized(_inductor(_specialize(gm, values), examples, largest), values)
 
 

@@ -10,12 +10,18 @@ from __future__ import annotations
 import time
 
 from ..device import shell
-from .compiler import Plan, arg_at, packed_scalars
+from .compiler import Plan, arg_at, packed_scalars, scalar_values
 from .pending import alive, fill
 
 
-def gather_inputs(plan: Plan, records: list) -> list | None:
-    """The host tensors to call the program with, or None if the aliasing pattern differs."""
+class FloatsChanged(Exception):
+    """A program specialized on constant floats (``compiler.Specialized.chosen``) met a launch
+    whose floats differ: the policy compiles the region again with its floats as data."""
+
+
+def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
+    """The host tensors to call the program with, or None if the aliasing pattern differs.
+    ``packed``: the scalars input to use instead of packing this launch's floats."""
     slots: dict[int, int] = {}
     inputs = []
     for (i, path), want in zip(plan.occurrences, plan.pattern):
@@ -26,19 +32,22 @@ def gather_inputs(plan: Plan, records: list) -> list | None:
         if got == len(inputs):
             inputs.append(shell.host(t))
     if plan.scalars:
-        inputs.insert(0, packed_scalars(plan.scalars, records))
+        inputs.insert(0, packed if packed is not None else packed_scalars(plan.scalars, records))
     return inputs
 
 
 def launch_inputs(program, plan: Plan, records: list) -> list | None:
-    """``gather_inputs``, and for a program compiled with specialized floats
-    (``compiler.Specialized``), None unless this launch's floats are the ones it was compiled
-    with (the guard; see ``compiler``'s header)."""
-    inputs = gather_inputs(plan, records)
+    """``gather_inputs``; for a program compiled with specialized floats
+    (``compiler.Specialized``), only if this launch's floats are the ones it was compiled with
+    (the guard; see ``compiler``'s header): else FloatsChanged (specialized by choice) or None."""
     fixed = getattr(program, "fixed", None)
-    if fixed is not None and inputs is not None and inputs[0].tolist() != fixed:
+    if fixed is None:
+        return gather_inputs(plan, records)
+    if scalar_values(plan.scalars, records) != fixed:
+        if program.chosen:
+            raise FloatsChanged
         return None
-    return inputs
+    return gather_inputs(plan, records, program.packed)
 
 
 def run(region, records: list, needed: set) -> float | None:

@@ -21,6 +21,10 @@ The rule (thresholds are knobs, see ``knobs.py``):
    compile of another region, another process) gets a new trial, and one that is really slower
    costs one trial per thousands of launches.
 5. A compile or run failure marks the region per-op for good and records the error.
+6. Floats that were the same at every launch before the compile are compiled in as constants
+   (faster kernels), guarded at each launch; the first launch whose floats differ runs per-op
+   and sends the region back to ``recorded``, to be compiled with its floats as data (one more
+   compile for an lr schedule that holds its value a while, then moves).
 
 The states and their transitions are ``status.py``'s.
 """
@@ -117,6 +121,13 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
                 return _per_op(region, records, stats)
         try:
             dt = fused.run(region, records, needed)
+        except fused.FloatsChanged:              # constant floats changed: compile them as data
+            region.floats_seen = False
+            region.floats_before = region.program.fixed   # kept if they cannot be data
+            region.program = None
+            region.trial = 0
+            region.move(Status.RECORDED)
+            return _per_op(region, records, stats)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
             region.move(Status.FAILED, f"run: {type(e).__name__}: {e}")
             worker._add("compiles_failed", 1, stats)
@@ -183,10 +194,25 @@ def _decide(region, stats) -> None:
         stats["compiles_slower"] += 1
 
 
+def _note_floats(region, records) -> None:
+    """Rule 6: remember the region's data floats while they are the same at every launch
+    (``region.floats_seen``: None before the first, the values, or False once they differed)."""
+    if region.floats_seen is False:
+        return
+    floats = compiler.data_floats(records)
+    if region.floats_seen is None:
+        region.floats_seen = floats
+    elif region.floats_seen != floats:
+        region.floats_seen = False
+
+
 def maybe_compile(region, records, needed, stats) -> None:
     if (region.status is not Status.RECORDED or not knobs.COMPILE.get()
-            or region.ops < knobs.MIN_REGION_OPS.get() or region.hits < knobs.COMPILE_AFTER.get()
-            or not (knobs.SYNC_COMPILE.get() or worker.has_room())):
+            or region.ops < knobs.MIN_REGION_OPS.get()):
+        return
+    _note_floats(region, records)
+    if region.hits < knobs.COMPILE_AFTER.get() or not (knobs.SYNC_COMPILE.get()
+                                                       or worker.has_room()):
         return
     try:
         gm, plan, examples = compiler.build(records, needed)
@@ -196,4 +222,6 @@ def maybe_compile(region, records, needed, stats) -> None:
         return
     region.plan = plan
     region.move(Status.QUEUED)
-    worker.submit(region, gm, examples, stats, compiler.largest_numel(records))
+    fixed = region.floats_seen if plan.scalars and region.floats_seen else None
+    worker.submit(region, gm, examples, stats, compiler.largest_numel(records),
+                  (fixed, region.floats_before))

@@ -9,6 +9,7 @@
        +--graph build failed--> failed <--compile failed--------+
                                   ^---- run failed / verify mismatch -- trial, fused
     slower --backoff--> trial
+    trial, fused --constant floats changed--> recorded   (compiled again, floats as data)
 
     any status --cache eviction--> evicted
 
@@ -49,8 +50,8 @@ NEXT: dict[Status, frozenset] = {
     Status.RECORDED: frozenset({Status.QUEUED, Status.FAILED}),
     Status.QUEUED: frozenset({Status.COMPILING, Status.RECORDED}),
     Status.COMPILING: frozenset({Status.TRIAL, Status.FAILED, Status.RECORDED}),
-    Status.TRIAL: frozenset({Status.FUSED, Status.SLOWER, Status.FAILED}),
-    Status.FUSED: frozenset({Status.FAILED}),
+    Status.TRIAL: frozenset({Status.FUSED, Status.SLOWER, Status.FAILED, Status.RECORDED}),
+    Status.FUSED: frozenset({Status.FAILED, Status.RECORDED}),
     Status.SLOWER: frozenset({Status.TRIAL}),      # revisited with backoff (policy rule 4)
     Status.FAILED: frozenset(),
     Status.EVICTED: frozenset(),

@@ -55,14 +55,14 @@ class _Cancelled(BaseException):
     compiler's own ``except Exception`` handlers must not swallow it)."""
 
 
-def _compile(region, gm, examples, stats, largest=0) -> None:
+def _compile(region, gm, examples, stats, largest=0, floats=(None, None)) -> None:
     t0 = time.perf_counter()
     region.move(Status.COMPILING)
     _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
         with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-            program = compiler.compile_program(gm, examples, largest)
+            program = compiler.compile_program(gm, examples, largest, *floats)
     except _Cancelled:
         region.move(Status.RECORDED)
         _add("cancelled", 1)
@@ -150,7 +150,9 @@ def has_room() -> bool:
     return not _closing and state["queued"] < knobs.COMPILE_QUEUE.get()
 
 
-def submit(region, gm, examples, stats, largest: int = 0) -> None:
+def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -> None:
+    """Compile ``gm`` for ``region`` in the background; ``floats``: (fixed, fallback) of
+    ``compiler.compile_program``."""
     global _thread
     if _closing:
         region.move(Status.RECORDED)
@@ -159,13 +161,13 @@ def submit(region, gm, examples, stats, largest: int = 0) -> None:
     _add("compiles_queued", 1, stats)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="queued", error=None)
     if knobs.SYNC_COMPILE.get():
-        _compile(region, gm, examples, stats, largest)
+        _compile(region, gm, examples, stats, largest, floats)
         return
     with _lock:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="neuron_lab-compile", daemon=True)
             _thread.start()
-    _q.put((region, gm, examples, stats, largest))
+    _q.put((region, gm, examples, stats, largest, floats))
 
 
 def shutdown(wait_s: float | None = None) -> None:

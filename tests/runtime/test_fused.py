@@ -33,7 +33,7 @@ def test_hot_region_compiles_and_runs_fused():
 
 
 def test_compile_failure_falls_back_and_is_recorded(monkeypatch):
-    def boom(gm, examples, largest=0):
+    def boom(gm, examples, largest=0, fixed=None, fallback=None):
         raise RuntimeError("injected compiler failure")
     monkeypatch.setattr(compiler, "compile_program", boom)
     x = torch.ones(256, device="neuron")
@@ -80,6 +80,31 @@ def test_float_scalars_are_program_inputs():
     assert s["hits"] >= 6 and s["launches_fused"] >= 2 and s["compiles_failed"] == 0
     (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 4]
     assert len(r.plan.scalars) == 2            # mul_'s factor and add_'s alpha
+
+
+def test_constant_floats_are_compiled_in_then_become_data_when_they_change():
+    """Floats the same at every launch before the compile are constants in the program
+    (guarded); the first launch with other floats runs per-op, and the region is compiled
+    again with its floats as inputs, which then follows every value."""
+    x_cpu = torch.linspace(-1, 1, 512)
+    x = x_cpu.to("neuron")
+
+    def body(a, s):
+        return ((a * s + 0.5).clamp_min(-0.25) * 2.0).sum()
+    with knobs.TRIALS.scoped(0):
+        for _ in range(4):
+            assert body(x, 1.5).item() == pytest.approx(body(x_cpu, 1.5).item(), rel=1e-5)
+        (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 5]
+        assert isinstance(r.program, compiler.Specialized) and r.program.chosen
+        assert r.program.fixed == [1.5, 0.5, -0.25, 2.0]
+        fused = runtime.stats()["launches_fused"]
+        assert fused >= 1
+        for s in (0.7, 0.9, 1.1, 1.3, 1.5, 1.7):            # the scale changes every launch
+            assert body(x, s).item() == pytest.approx(body(x_cpu, s).item(), rel=1e-5)
+    assert runtime.stats()["compiles_done"] == 2 and runtime.stats()["compiles_failed"] == 0
+    assert r.program is not None and not isinstance(r.program, compiler.Specialized)
+    assert len(r.plan.scalars) == 4
+    assert runtime.stats()["launches_fused"] >= fused + 3     # the data-float program runs
 
 
 def test_background_compile_shares_the_gil_in_short_slices():
