@@ -94,6 +94,22 @@ def test_driver_records_errors_as_skips():
 
 
 def test_workload_registry():
-    assert list(WORKLOADS) == ["W1", "W1T", "W2", "W3", "W4", "W5", "W6"]
+    assert list(WORKLOADS) == ["W1", "W1T", "W2", "W3", "W4", "W5", "W6", "W7"]
     for w in WORKLOADS.values():
         assert w.metrics and all(m.better in ("lower", "higher") for m in w.metrics)
+
+
+@pytest.mark.slow
+def test_w7_measures_steps_while_compiling():
+    """W7 in its child process (empty inductor cache): steps overlapped a real compile and the
+    slowdown is a ratio to the eager step (~20 s: one cold compile of W3's regions)."""
+    from neuron_lab.bench.compiling import run_w7
+    from neuron_lab.bench.harness import Config
+
+    class Adaptive:
+        name = "neuron_adaptive"
+    out = run_w7(Adaptive, Config.make(quick=True))
+    extra = out["extra"]
+    assert extra["compiles"] >= 1 and extra["compiles_failed"] == 0
+    assert extra["steps_overlapping"] >= 10 and extra["eager_step_ms"] > 0
+    assert 0.3 < out["slowdown"] < 50 and out["worst_ms"] >= extra["eager_step_ms"]
