@@ -89,8 +89,7 @@ class Engine:
         self.last_pos: dict = {}
         self.cand = self.match = 0
         self.queued_bytes = 0     # bytes of every pending output handed out this segment
-        self.soft_limit = 0.9 * memory.capacity()   # past it (with the bound): count exactly
-                                                    # (set again at every segment start)
+        self.headroom = 0         # queued_bytes past which _admit_pending counts exactly
         self._pressure = False
         self.period_after = knobs.PERIOD_AFTER.get()
 
@@ -121,8 +120,8 @@ class Engine:
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
             described = None
-        if not self.records:    # a segment starts here (never on the fast path): the capacity
-            self.soft_limit = 0.9 * memory.capacity()   # may have changed since the last one
+        if not self.records:    # a segment starts here (never on the fast path): what is
+            self.headroom = 0.9 * memory.capacity() - memory.counted()   # left before 90%
         if not _is_plain(f) and (
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
@@ -166,11 +165,9 @@ class Engine:
         self.stats["launches_per_op"] += 1
         self.stats["ops_per_op"] += 1
         outs = flatten_outputs(out)
-        rec = QueuedOp(f, targs, tkw, key)
-        rec.where = tracking.user_frame_token(2)   # ~1.5 us, capture only: replay errors name it
-        rec.metas = tuple(out_meta(t) for t in outs)
-        rec.structure = structure_of(out)
-        rec.outs = [None] * len(outs)
+        rec = QueuedOp(f, targs, tkw, key, [None] * len(outs), tuple(out_meta(t) for t in outs),
+                       structure_of(out),
+                       tracking.user_frame_token(2))   # ~1.5 us, capture only: errors name it
         pos = len(self.records)
         self.records.append(rec)
         self._produce(pos, outs)
@@ -231,7 +228,7 @@ class Engine:
         new = nxt.new_bytes
         if new:
             self.queued_bytes += new
-            if memory.counted() + self.queued_bytes > self.soft_limit:
+            if self.queued_bytes > self.headroom:
                 self._admit_pending(f, new)
         outs, pairs = [], []
         prod = self.producers
@@ -264,8 +261,8 @@ class Engine:
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
                 prod[id(t)] = _tuple_new(Produced, (pos, k, _wref(t), ref(pos, k)))
-        rec = QueuedOp(f, targs, tkw, key, nxt.metas, nxt.structure, nxt.where, plan)
-        rec.outs = pairs
+        rec = _tuple_new(QueuedOp, (f, targs, tkw, key, pairs, nxt.metas, nxt.structure,
+                                    nxt.where, plan))
         self.records.append(rec)
         self.node = nxt
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
@@ -282,7 +279,7 @@ class Engine:
         pos = len(self.records)
         if fast.nbytes:
             self.queued_bytes += fast.nbytes
-            if memory.counted() + self.queued_bytes > self.soft_limit:
+            if self.queued_bytes > self.headroom:
                 self._admit_pending(f, fast.nbytes)
         if fast.dense:
             t = _create(fast.size, fast.dtype)    # shell.pending_dense, inline
@@ -297,9 +294,8 @@ class Engine:
             prod = self.producers
             prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
             prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
-        rec = QueuedOp(f, described[1], described[2], described[0], nxt.metas, "t", nxt.where,
-                       nxt.plan)
-        rec.outs = [(tr, sr)]
+        rec = _tuple_new(QueuedOp, (f, described[1], described[2], described[0], [(tr, sr)],
+                                    nxt.metas, "t", nxt.where, nxt.plan))
         self.records.append(rec)
         self.node = nxt
         _executed[f.name] += 1
@@ -315,7 +311,8 @@ class Engine:
         memory.check(new, f.name)
         live = self.pending_bytes()
         self.queued_bytes = live + new          # the bound starts again from the exact value
-        if memory.counted() + live + new > self.soft_limit:
+        self.headroom = 0.9 * memory.capacity() - memory.counted()
+        if live + new > self.headroom:
             self._pressure = True
 
     def pending_bytes(self) -> int:
@@ -370,7 +367,7 @@ class Engine:
             self.stats["ops_per_op"] += len(recs)
             self.stats["ops_deferred"] += len(recs)
             for r in recs:
-                r.outs = [None] * len(r.outs)
+                r.outs[:] = [None] * len(r.outs)
             self.node = None
 
     # --- boundaries -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from neuron_lab.runtime.status import NEXT, BadTransition, Status
 def _region():
     import torch
     from neuron_lab.device.opinfo import facts
-    rec = QueuedOp(facts(torch.ops.aten.add.Tensor), (), None, ("k",))
+    rec = QueuedOp(facts(torch.ops.aten.add.Tensor), (), None, ("k",), [])
     return RegionCache().insert([rec])
 
 
