@@ -4,8 +4,9 @@ What is counted: the bytes of every host storage that backs a live ``neuron`` te
 storage (views share their base's storage and are not counted again). Lifetime is exact: the
 counter uncounts a storage's bytes when they are freed. The counter is ``csrc/accounting.cpp``
 (it wraps the storage's DataPtr: the free itself uncounts, in whatever thread it happens,
-~0.2 us per new tensor) when the native extension is built, else ``counting.PyCounter`` (a weak
-reference per storage, ~1.8 us); both have the same operations, so this module reads one.
+~0.2 us per new tensor) when the native extension is built and the executor is the CPU, else
+``counting.PyCounter`` (a weak reference per storage, ~1.8 us); both have the same operations,
+so this module reads one.
 
 Reserved memory models a caching allocator: it is the high-water mark of allocated bytes rounded
 up to 2 MiB segments, released by ``empty_cache()`` back down to what is allocated.

@@ -199,10 +199,11 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
     if hooks.install():       # pinned memory and generators need the C++ hooks
-        from . import memory, native, shell
+        from . import executor, memory, native, shell
         ext = native.load()
         shell.use_native(ext)               # storages get their host buffer's address
-        memory.use_native(ext)              # and are counted in their own DataPtr
+        if executor.host_device().type == "cpu":
+            memory.use_native(ext)          # and are counted in their own DataPtr
     else:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
