@@ -150,11 +150,13 @@ def execute(f: OpFacts, args, kwargs):
     """Run one op now, on the host executor (the eager path)."""
     found: list = []
     hargs, hkwargs = unwrap(f, args, kwargs, found)
-    if f.base == "index" and bool_indexing(f, args):
-        tracking.record_sync("data-dependent")
-    if f.data_dependent:
-        tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
-    rnd = f.random and draws_random(f, args, kwargs)
+    rnd = False
+    if f.per_call:                               # index, data-dependent or random ops
+        if f.base == "index" and bool_indexing(f, args):
+            tracking.record_sync("data-dependent")
+        if f.data_dependent:
+            tracking.record_sync("data-dependent" if f.base != "_local_scalar_dense" else "item")
+        rnd = f.random and draws_random(f, args, kwargs)
     if rnd or (kwargs and "dtype" in kwargs) or not _HOST_ONLY.isdisjoint(found):
         _policy(f, found + _out_dtype(kwargs), rnd)
         if rnd:
@@ -181,8 +183,9 @@ def execute(f: OpFacts, args, kwargs):
                 f"not need it") from None
         raise
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
-        memory.track(out.untyped_storage(), f.name)
-        return shell.wrap(out)
+        hs = out.untyped_storage()
+        memory.track(hs, f.name)
+        return shell.wrap(out, hs)
     return wrap_result(f, out, args, kwargs)
 
 

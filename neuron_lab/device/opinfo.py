@@ -44,7 +44,7 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw", "target", "dropout_at")
+                 "written_kw", "target", "dropout_at", "per_call")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -91,6 +91,9 @@ class OpFacts:
                                 or self.base.startswith(("_foreach_", "_fused_")))
         # the output bytes, known from the arguments: checked before the host allocates
         self.sizer = sizing.sizer(op)
+        # the device looks at this op's arguments on every call (boolean indexing, data-dependent
+        # shapes, random draws); the others skip those checks
+        self.per_call = self.base == "index" or self.data_dependent or self.random
 
     @staticmethod
     def _alias_of(ret, args, pos):

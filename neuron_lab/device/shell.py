@@ -39,7 +39,7 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _empty = torch.empty
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
-_bind = None             # native bind_storage(device_cdata, host_cdata), when built
+_bind = None             # native bind_storage(device_storage, host_storage), when built
 
 
 def bind(st, host_storage) -> None:
@@ -47,7 +47,7 @@ def bind(st, host_storage) -> None:
     the host buffer's address and size for ``data_ptr()``/``nbytes()``."""
     st._h = host_storage
     if _bind is not None:
-        _bind(st._cdata, host_storage._cdata)
+        _bind(st, host_storage)
 
 
 def use_native(ext) -> None:
@@ -65,16 +65,18 @@ def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host
     _set_storage.redispatch(_CPU, s, st, offset, size, stride)
 
 
-def wrap(h: torch.Tensor) -> torch.Tensor:
-    """A new shell for host tensor ``h`` (same size, stride, offset, dtype)."""
+def wrap(h: torch.Tensor, hs=None) -> torch.Tensor:
+    """A new shell for host tensor ``h`` (same size, stride, offset, dtype); ``hs``: its
+    storage, if the caller has it."""
+    if hs is None:
+        hs = h.untyped_storage()
     if h.is_contiguous() and h.storage_offset() == 0:
         s = _create(h.shape, h.dtype)
-        st, hs = s.untyped_storage(), h.untyped_storage()
+        st = s.untyped_storage()
         st._h = hs                      # bind(st, hs), inline: wrap is on every op's path
         if _bind is not None:
-            _bind(st._cdata, hs._cdata)
+            _bind(st, hs)
     else:
-        hs = h.untyped_storage()
         s = _create((0,), h.dtype)
         _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
     if h.is_conj():       # inline, not _copy_bits: wrap is on every op's path

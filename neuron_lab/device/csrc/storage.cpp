@@ -9,12 +9,13 @@
 // reference to the host StorageImpl, so the address can never outlive the bytes. The device
 // never reads through it: kernels reach the bytes through the host tensor.
 //
-// Storages are passed as their `_cdata` (the StorageImpl address PyTorch's Python binding
-// exposes), so this file needs only c10 headers.
+// Storages are passed as Python storage objects (unpacked here: no `_cdata` lookups on the
+// path of every op's output).
 #include <c10/core/Device.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/Storage.h>
 
 namespace py = pybind11;
 
@@ -26,10 +27,14 @@ void release(void* ctx) {
   c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl*>(ctx));
 }
 
-void bind(uintptr_t device_cdata, uintptr_t host_cdata) {
-  auto* dev = reinterpret_cast<c10::StorageImpl*>(device_cdata);
-  auto host = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
-      reinterpret_cast<c10::StorageImpl*>(host_cdata));
+c10::StorageImpl* unpack(py::handle storage) {
+  TORCH_CHECK(THPStorage_Check(storage.ptr()), "neuron: bind_storage expects storages");
+  return THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
+}
+
+void bind(py::handle device_storage, py::handle host_storage) {
+  auto* dev = unpack(device_storage);
+  auto host = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(unpack(host_storage));
   TORCH_CHECK(dev->device_type() == c10::DeviceType::PrivateUse1,
               "neuron: bind_storage expects a neuron storage, got one on ", dev->device());
   void* addr = const_cast<void*>(host->data_ptr().get());
@@ -42,9 +47,9 @@ void bind(uintptr_t device_cdata, uintptr_t host_cdata) {
 }  // namespace
 
 void init_storage(py::module_& m) {
-  m.def("bind_storage", &bind, py::arg("device_cdata"), py::arg("host_cdata"),
-        "Point neuron storage `device_cdata` at host storage `host_cdata`'s bytes (its address "
-        "and size), keeping the host storage alive as long as the neuron storage.");
+  m.def("bind_storage", &bind, py::arg("device_storage"), py::arg("host_storage"),
+        "Point neuron storage `device_storage` at `host_storage`'s bytes (its address and "
+        "size), keeping the host storage alive as long as the neuron storage.");
 }
 
 }  // namespace neuron_lab
