@@ -16,7 +16,11 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   position-relative, so a loop body has the same keys in every iteration; a training loop
   without syncs and a re-run notebook cell both become stable regions without mark_step().
 - **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
-  tensors with metadata predicted from the trie (no meta-kernel on the hot path). When the path
+  tensors with metadata predicted from the trie (no meta-kernel on the hot path). ``launch``
+  handles the common case inline: build the key, one trie lookup, ``_defer_one`` (see
+  docs/performance.md for what each step costs). Pending outputs are not allocated: the
+  engine keeps a bound on their bytes per segment and counts them exactly only near the
+  capacity (``pending_bytes`` is what ``memory_allocated()`` adds). When the path
   reaches a region's end it is launched: the fused program if the policy says so, else a per-op
   replay. If the ops diverge from every known path, the deferred ops are replayed per-op and the
   engine continues in capture; a long shared prefix (>= ``NEURON_LAB_MIN_SPLIT`` ops) is cut
@@ -32,11 +36,11 @@ import weakref
 import torch
 
 from ..device import events, kernels, memory, shell, tracking
+from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
 from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
-from ..device.dtypes import HOST_ONLY
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      flatten_outputs, out_meta, out_plan, rebuild, ref, rekey, structure_of)
 
@@ -214,9 +218,10 @@ class Engine:
 
     # --- replay (deferred) ----------------------------------------------------------------
     def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):
-        """Hand out ``f``'s outputs without running it (the trie predicts their metadata). The
-        hot path of adaptive mode: per output one tensor creation, two weak references and two
-        producer entries; memory is one addition and one comparison (``_admit_pending``)."""
+        """Hand out ``f``'s outputs without running it (the trie predicts their metadata): per
+        output one tensor creation, two weak references and two producer entries; memory is one
+        addition and one comparison (``_admit_pending``). Ops with one new tensor output (most)
+        take ``_defer_one``, their plan precomputed on the trie node."""
         pos = len(self.records)
         fast = nxt.fast
         if fast is None:
