@@ -146,8 +146,49 @@ def bool_indexing(f: OpFacts, args) -> bool:
         isinstance(i, Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
 
 
+def _unwrap_plain(args) -> list | None:
+    """Host arguments of a ``plain`` op's call, or None when the call needs the general path
+    (a host-only dtype, a CPU tensor that is not a 0-dim scalar, a list argument)."""
+    hargs = []
+    for a in args:
+        if isinstance(a, Tensor):
+            if a.is_cpu:
+                if a.dim():
+                    return None
+            elif a.dtype in _HOST_ONLY:
+                return None
+            else:
+                try:
+                    d = a._d
+                except AttributeError:
+                    d = shell._recover(a)
+                a = d if d is not None else seam.materialize(a)
+        elif type(a) is list or type(a) is tuple:
+            return None
+        hargs.append(a)
+    return hargs
+
+
 def execute(f: OpFacts, args, kwargs):
-    """Run one op now, on the host executor (the eager path)."""
+    """Run one op now, on the host executor (the eager path). Most calls (``OpFacts.plain``:
+    positional arguments, no per-call checks, one new tensor) take the short path."""
+    if f.plain and not kwargs:
+        hargs = _unwrap_plain(args)
+        if hargs is not None:
+            _executed[f.name] += 1
+            try:
+                out = f.call(*hargs)
+            except RuntimeError as e:
+                err = _host_error(e, f, [a.dtype for a in args
+                                         if isinstance(a, Tensor) and not a.is_cpu])
+                if err is None:
+                    raise
+                raise err from None
+            if type(out) is Tensor:
+                hs = out.untyped_storage()
+                memory.track(hs, f.name)
+                return shell.wrap(out, hs)
+            return wrap_result(f, out, args, kwargs)
     found: list = []
     hargs, hkwargs = unwrap(f, args, kwargs, found)
     rnd = False
@@ -167,26 +208,35 @@ def execute(f: OpFacts, args, kwargs):
     try:
         out = f.call(*hargs, **hkwargs)
     except RuntimeError as e:
-        oom = sizing.host_oom(e, f.name, memory.capacity(), memory.memory_allocated())
-        if oom is not None:
-            raise oom from None
-        if type(e) is NotImplementedError and "not implemented for" in str(e):
-            raise NotImplementedError(
-                f"neuron: {f.name} is not implemented for {', '.join(sorted({str(d)[6:] for d in found}))} "
-                f"on device neuron:0 (the host executor's kernel lacks this dtype: {e}). "
-                f"Fix: cast the inputs to float32 (.float()) for this op, then back") from None
-        if type(e) is NotImplementedError and str(e).startswith("Could not run"):
-            raise NotImplementedError(
-                f"neuron: {f.name} has no kernel on device neuron:0: PyTorch calls it for "
-                f"accelerators only (CUDA has it), and the host executor (CPU) lacks it. Fix: run "
-                f"this module on the CPU (module.cpu(), inputs .cpu()), or use a layer that does "
-                f"not need it") from None
-        raise
+        err = _host_error(e, f, found)
+        if err is None:
+            raise
+        raise err from None
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
         hs = out.untyped_storage()
         memory.track(hs, f.name)
         return shell.wrap(out, hs)
     return wrap_result(f, out, args, kwargs)
+
+
+def _host_error(e: RuntimeError, f: OpFacts, found: list) -> Exception | None:
+    """The device's error for host kernel error ``e`` (``found``: the neuron arguments' dtypes),
+    or None to raise ``e`` as it is."""
+    oom = sizing.host_oom(e, f.name, memory.capacity(), memory.memory_allocated())
+    if oom is not None:
+        return oom
+    if type(e) is NotImplementedError and "not implemented for" in str(e):
+        return NotImplementedError(
+            f"neuron: {f.name} is not implemented for {', '.join(sorted({str(d)[6:] for d in found}))} "
+            f"on device neuron:0 (the host executor's kernel lacks this dtype: {e}). "
+            f"Fix: cast the inputs to float32 (.float()) for this op, then back")
+    if type(e) is NotImplementedError and str(e).startswith("Could not run"):
+        return NotImplementedError(
+            f"neuron: {f.name} has no kernel on device neuron:0: PyTorch calls it for "
+            f"accelerators only (CUDA has it), and the host executor (CPU) lacks it. Fix: run "
+            f"this module on the CPU (module.cpu(), inputs .cpu()), or use a layer that does "
+            f"not need it")
+    return None
 
 
 def _admit(f: OpFacts, args, kwargs) -> None:

@@ -44,7 +44,7 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw", "target", "dropout_at", "per_call")
+                 "written_kw", "target", "dropout_at", "per_call", "plain")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -94,6 +94,9 @@ class OpFacts:
         # the device looks at this op's arguments on every call (boolean indexing, data-dependent
         # shapes, random draws); the others skip those checks
         self.per_call = self.base == "index" or self.data_dependent or self.random
+        # the eager path's short cut (kernels.execute): no per-call checks, no admission
+        # before the host allocates, one new tensor
+        self.plain = not self.per_call and self.sizer is None and self.fresh and not self.zero_tensor
 
     @staticmethod
     def _alias_of(ret, args, pos):
