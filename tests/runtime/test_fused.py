@@ -129,6 +129,26 @@ def test_background_compile_shares_the_gil_in_short_slices():
     assert all(v == pytest.approx(ref, rel=1e-5) for v in vals)
 
 
+def test_compiles_use_one_compile_worker(monkeypatch):
+    """Inductor compiles the runtime's regions with NEURON_LAB_COMPILE_THREADS workers (1: no
+    process pool competing with the user's loop, bench W7); the process's own setting (for
+    the user's torch.compile) is left as it was."""
+    import torch._inductor.config as iconf
+    from torch._inductor import compile_fx as cfx
+    seen, real = [], cfx.compile_fx
+
+    def spy(gm, examples, *a, **k):
+        seen.append(iconf.compile_threads)
+        return real(gm, examples, *a, **k)
+    monkeypatch.setattr(cfx, "compile_fx", spy)
+    x = torch.linspace(0, 1, 512, device="neuron")
+    with knobs.TRIALS.scoped(0), iconf.patch({"compile_threads": 2}):   # the process's setting
+        vals = [_cell(x).item() for _ in range(4)]
+        assert iconf.compile_threads == 2
+    assert runtime.stats()["compiles_done"] == 1 and seen[0] == knobs.COMPILE_THREADS.get() == 1
+    assert all(v == pytest.approx(_cell(torch.linspace(0, 1, 512)).item(), rel=1e-5) for v in vals)
+
+
 def test_a_host_gap_op_fuses_with_its_substitute():
     """int histc (device/host_gaps.py) inside a region: the fused program's graph holds the
     substitute (CPU's aten kernel refuses int), so the region compiles and runs fused."""
