@@ -126,3 +126,42 @@ def test_a_reported_pending_value_is_never_above_the_peak(compile_off, fresh_eng
     assert torch.neuron.max_memory_allocated() >= now
     del a, b
     neuron_lab.sync()
+
+
+def test_memory_read_from_another_thread_while_deferring(compile_off, fresh_engine):
+    """The telemetry sampler reads memory_allocated() from its own thread while the user's
+    thread defers ops: the pending outputs are summed from a snapshot of the queue, and the
+    accounting is exact afterwards."""
+    import sys
+    import threading
+    x = torch.randn(N, device="neuron")
+    _learn(x)
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+    stop, errors, reads = threading.Event(), [], []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                reads.append(torch.neuron.memory_allocated())
+                torch.neuron.memory_stats()
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                errors.append(e)
+                return
+    th = threading.Thread(target=reader)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    th.start()
+    try:
+        for _ in range(300):
+            y = _step(x)
+            assert y.sum().item() == pytest.approx(_step(x.cpu()).sum().item(), rel=1e-5)
+    finally:
+        stop.set()
+        th.join()
+        sys.setswitchinterval(old)
+    assert not errors, errors[:1]
+    assert reads and min(reads) >= base and max(reads) <= base + 4 * N * 4
+    del y
+    gc.collect()
+    assert torch.neuron.memory_allocated() == base
