@@ -114,20 +114,18 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
     n = len(records)
     if region.program is not None and region.status in (Status.TRIAL, Status.FUSED):
         if knobs.VERIFY.get() and region.verified < knobs.VERIFY_LAUNCHES.get():
-            dt = _verified(region, records, needed, stats)
+            try:
+                dt = _verified(region, records, needed, stats)
+            except fused.FloatsChanged:
+                return _floats_changed(region, records, stats)
             if dt is not None:
                 return dt, False
             if region.program is None:                   # the program raised
                 return _per_op(region, records, stats)
         try:
             dt = fused.run(region, records, needed)
-        except fused.FloatsChanged:              # constant floats changed: compile them as data
-            region.floats_seen = False
-            region.floats_before = region.program.fixed   # kept if they cannot be data
-            region.program = None
-            region.trial = 0
-            region.move(Status.RECORDED)
-            return _per_op(region, records, stats)
+        except fused.FloatsChanged:
+            return _floats_changed(region, records, stats)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
             region.move(Status.FAILED, f"run: {type(e).__name__}: {e}")
             worker._add("compiles_failed", 1, stats)
@@ -141,6 +139,17 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             stats["ops_fused"] += n
             _decide(region, stats)
             return dt, True
+    return _per_op(region, records, stats)
+
+
+def _floats_changed(region, records, stats) -> tuple[float, bool]:
+    """Rule 6: the constant floats a program was specialized on changed. This launch runs
+    per-op; the region goes back to ``recorded`` to be compiled with its floats as data."""
+    region.floats_seen = False
+    region.floats_before = region.program.fixed   # kept if they cannot be data
+    region.program = None
+    region.trial = 0
+    region.move(Status.RECORDED)
     return _per_op(region, records, stats)
 
 

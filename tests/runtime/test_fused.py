@@ -107,6 +107,22 @@ def test_constant_floats_are_compiled_in_then_become_data_when_they_change():
     assert runtime.stats()["launches_fused"] >= fused + 3     # the data-float program runs
 
 
+def test_constant_floats_that_change_under_verify(recwarn):
+    """NEURON_LAB_VERIFY checks a specialized program's launches too; the launch whose floats
+    differ is per-op (no error, no mismatch), as without VERIFY."""
+    x_cpu = torch.linspace(-1, 1, 256)
+    x = x_cpu.to("neuron")
+
+    def body(a, s):
+        return ((a * s + 0.5).clamp_min(-0.25) * 2.0).sum()
+    with knobs.TRIALS.scoped(0), knobs.VERIFY.scoped(True):
+        for s in (1.5, 1.5, 1.5, 0.7, 0.9):
+            assert body(x, s).item() == pytest.approx(body(x_cpu, s).item(), rel=1e-5)
+    st = runtime.stats()
+    assert st["verify_mismatches"] == 0 and st["compiles_failed"] == 0
+    assert st["compiles_done"] == 2
+
+
 def test_background_compile_shares_the_gil_in_short_slices():
     """While the worker compiles, the switch interval is NEURON_LAB_COMPILE_SWITCH_US (the
     user's thread waits at most that long per op for the GIL), restored afterwards; results
