@@ -158,11 +158,7 @@ def _unwrap_plain(args) -> list | None:
             elif a.dtype in _HOST_ONLY:
                 return None
             else:
-                try:
-                    d = a._d
-                except AttributeError:
-                    d = shell._recover(a)
-                a = d if d is not None else seam.materialize(a)
+                a = shell.host(a)
         elif type(a) is list or type(a) is tuple:
             return None
         hargs.append(a)
