@@ -1,4 +1,5 @@
-"""The device's one native extension: every ``neuron_lab/device/csrc/*.cpp`` built into one module.
+"""Native extensions: the device's (every ``neuron_lab/device/csrc/*.cpp`` built into one module)
+and any other layer's (``build(name, csrc_dir)``; the runtime's deferral hot path is one).
 
 Some of the device contract is only reachable from C++: PyTorch looks up a backend's streams and
 events through ``c10::impl::DeviceGuardImplInterface`` (``csrc/guard.cpp``), and a Python
@@ -6,9 +7,9 @@ PrivateUse1 backend can only register a guard that knows its device type. The fi
 and include only c10 and pybind11 headers, so the build takes seconds, not a full
 ``torch/extension.h`` compile.
 
-Convention: ``csrc/NAME.cpp`` defines ``void neuron_lab::init_NAME(pybind11::module_&)``, which
+Convention (every extension): ``csrc/NAME.cpp`` defines ``void neuron_lab::init_NAME(pybind11::module_&)``, which
 adds its functions to the module; ``load()`` generates the ``PYBIND11_MODULE`` that calls every
-``init_*``. Built once with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja,
+``init_*``. Each is built once with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja,
 both installed by ``scripts/setup.sh``/the package's dependencies) and cached under
 ``~/.cache/neuron_lab/native/<hash>``, the hash covering the sources, the torch version and the
 Python version, so worktrees and versions never share a stale build.
@@ -25,12 +26,12 @@ import torch
 
 CSRC = Path(__file__).with_name("csrc")
 _lock = threading.Lock()
-_module = None
-_error: BaseException | None = None
+_modules: dict = {}                  # csrc directory -> built module
+_errors: dict = {}                   # csrc directory -> the build's exception
 
 
-def _sources() -> list[Path]:
-    return sorted(CSRC.glob("*.cpp"))
+def _sources(csrc: Path = CSRC) -> list[Path]:
+    return sorted(csrc.glob("*.cpp"))
 
 
 def _entry(sources: list[Path]) -> str:
@@ -63,40 +64,50 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + path
 
 
-def build_dir() -> Path:
-    sources = _sources()
+def build_dir(csrc: Path = CSRC) -> Path:
+    sources = _sources(csrc)
     entry = _entry(sources)
     return Path(os.path.expanduser("~")) / ".cache" / "neuron_lab" / "native" / _key(sources, entry)
 
 
 def load():
-    """The extension module (built on first use, then loaded from the cache)."""
-    global _module, _error
-    if _module is not None:
-        return _module
+    """The device's extension module (built on first use, then loaded from the cache)."""
+    return build("neuron_lab_native", CSRC)
+
+
+def build(name: str, csrc: Path):
+    """The extension built from ``csrc/*.cpp`` (on first use; then from the cache). ``name``
+    prefixes the module's name, which also carries the sources' hash."""
+    mod = _modules.get(csrc)
+    if mod is not None:
+        return mod
     with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            raise RuntimeError(f"neuron: the native extension failed to build earlier: {_error}")
+        mod = _modules.get(csrc)
+        if mod is not None:
+            return mod
+        err = _errors.get(csrc)
+        if err is not None:
+            raise RuntimeError(f"neuron: the native extension {name} failed to build earlier: {err}")
         from torch.utils import cpp_extension
-        sources = _sources()
+        sources = _sources(csrc)
         entry = _entry(sources)
         key = _key(sources, entry)
-        out = build_dir()
+        out = build_dir(csrc)
         out.mkdir(parents=True, exist_ok=True)
         main = out / "neuron_lab_module.cpp"
         if not main.exists() or main.read_text() != entry:
             main.write_text(entry)
         _ninja_on_path()
         try:
-            _module = cpp_extension.load(
-                name=f"neuron_lab_native_{key}", sources=[str(main)] + [str(p) for p in sources],
+            mod = cpp_extension.load(
+                name=f"{name}_{key}", sources=[str(main)] + [str(p) for p in sources],
                 build_directory=str(out), extra_cflags=["-O2"], verbose=False)
         except Exception as e:          # a missing compiler: say so once, clearly
-            _error = e
+            _errors[csrc] = e
             raise RuntimeError(
-                f"neuron: building the native extension ({', '.join(p.name for p in sources)}) "
-                f"in {out} failed: {e}. It needs a C++ compiler (g++) and ninja "
-                f"(pip install ninja); scripts/setup.sh installs both.") from e
-        return _module
+                f"neuron: building the native extension {name} "
+                f"({', '.join(p.name for p in sources)}) in {out} failed: {e}. It needs a C++ "
+                f"compiler (g++) and ninja (pip install ninja); scripts/setup.sh installs "
+                f"both.") from e
+        _modules[csrc] = mod
+        return mod

@@ -25,14 +25,15 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_knobs.CACHE_DIR.g
 
 from ..device import seam
 from ..device.executor import synchronize as _executor_sync
-from . import knobs, worker
+from . import fastpath, knobs, worker
 from .adaptive import Engine
 
 MODES = ("eager", "adaptive")
 engine = Engine()
 
 
-seam.install(engine)    # the device's one call-out: launch, flush, materialize, pending_bytes
+# the device's one call-out (launch, flush, materialize, pending_bytes); launch's hot path in C
+seam.install(fastpath.seam_runtime(engine))
 atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
 
 

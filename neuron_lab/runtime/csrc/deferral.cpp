@@ -1,0 +1,677 @@
+// The adaptive engine's hot path in C: ``Engine.launch`` for an op that continues a known
+// region path (runtime/adaptive.py and record.py hold the same logic in Python, the reference).
+//
+// On a known path a deferred op does no work of its own: it gets a pending tensor whose
+// metadata the trie node predicts (record.FastOut) and is appended to the queue. In Python that
+// was ~4 us of interpreter work per op (building the key, the trie lookup, the tensor, two weak
+// references, two producer entries, the record); here the same steps are C calls on the same
+// Python objects, so the engine's slow paths (capture, divergence, launches, materialize), the
+// telemetry and the tests see exactly what the Python path would have built:
+//
+//   key      (facts, (arg keys...)): a tensor made earlier in the segment ("r", distance, k),
+//            a float that is data FLOAT, a list of ints ("ints", values); every other argument
+//            and every kwarg through record._describe (Python), as before;
+//   record   QueuedOp(facts, templates, kwarg templates, key, [(tensor ref, storage ref)],
+//            node.metas, "t", node.where, node.plan), made like tuple.__new__ makes it;
+//   producer Produced(pos, 0, weakref, Ref) under id(tensor) and id(storage).
+//
+// Anything else (capture, a divergence, a region's end, an op with several outputs or an
+// in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
+// there. In eager mode an op goes to the device's execute (``Engine.launch`` first when ops are
+// still queued). ``configure`` hands over the objects; attribute names are interned once.
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace neuron_lab {
+namespace {
+
+struct State {
+  PyObject* engine = nullptr;        // runtime.adaptive.Engine (one per process)
+  PyObject* lock = nullptr;          // engine.lock (an RLock; the same object for its life)
+  PyObject* acquire = nullptr;       // lock.acquire / lock.release, bound
+  PyObject* release = nullptr;
+  PyObject* plain = nullptr;         // adaptive._plain: {OpFacts: bool}
+  PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
+  PyTypeObject* dtype_type = nullptr;          // torch.dtype, torch.memory_format, ...
+  PyTypeObject* memory_format_type = nullptr;
+  PyTypeObject* layout_type = nullptr;
+  PyTypeObject* device_type = nullptr;
+  PyObject* not_queueable = nullptr; // record.NotQueueable
+  PyObject* float_key = nullptr;     // record.FLOAT
+  PyTypeObject* produced = nullptr;  // record.Produced
+  PyTypeObject* queued = nullptr;    // record.QueuedOp
+  PyObject* executed = nullptr;      // tracking.executed (a Counter)
+  PyObject* mode = nullptr;          // knobs.MODE (a Knob)
+  PyObject* unset = nullptr;         // config._UNSET
+  PyObject* adaptive = nullptr;      // "adaptive"
+  PyObject* create = nullptr;        // torch._C._acc.create_empty_tensor
+  PyObject* pending = nullptr;       // shell.pending
+  PyTypeObject* tensor = nullptr;    // torch.Tensor
+  PyObject* execute = nullptr;       // the device's kernels.execute (eager mode)
+  PyObject* py_launch = nullptr;     // Engine.launch (the Python path), bound
+  PyObject* py_adaptive = nullptr;   // Engine._adaptive, bound
+  PyObject* admit = nullptr;         // Engine._admit_pending, bound
+  PyObject* flush = nullptr;         // Engine.flush, bound
+  long fast = 0, slow = 0;           // ops deferred here / handed to Python (tests read them)
+};
+
+State S;
+
+// interned names
+PyObject *s_node, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas, *s_where,
+    *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name, *s_value,
+    *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_one, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
+    *s_storage_offset, *s_x;
+
+PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
+
+// a tuple-subclass instance (a NamedTuple) from n new references, as tuple.__new__ makes it
+PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
+  PyObject* o = type->tp_alloc(type, n);
+  if (o == nullptr) {
+    for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(items[i]);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(o, i, items[i]);
+  return o;
+}
+
+bool mode_is_adaptive() {
+  PyObject* v = PyObject_GetAttr(S.mode, s_value);
+  if (v == nullptr) return false;
+  if (v == S.unset) {
+    Py_DECREF(v);
+    v = PyObject_GetAttr(S.mode, s_env_value);
+    if (v == nullptr) return false;
+  }
+  int eq = PyUnicode_Check(v) ? PyUnicode_Compare(v, S.adaptive) == 0 : 0;
+  Py_DECREF(v);
+  PyErr_Clear();
+  return eq;
+}
+
+// A tensor made earlier in this segment: its producer entry, or nullptr (borrowed). A C++
+// shallow copy of an output (``.data``, autograd's saved outputs: no cached host view) is
+// found through its storage and gets an entry of its own (record._by_storage).
+PyObject* producer_of(PyObject* a, PyObject* producers) {
+  PyObject* id = PyLong_FromVoidPtr(a);
+  if (id == nullptr) return nullptr;
+  PyObject* p = PyDict_GetItemWithError(producers, id);   // borrowed
+  if (p != nullptr && PyTuple_GET_SIZE(p) == 4 && PyWeakref_GetObject(PyTuple_GET_ITEM(p, 2)) == a) {
+    Py_DECREF(id);
+    return p;
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(id);
+    return nullptr;
+  }
+  PyObject** dictptr = _PyObject_GetDictPtr(a);
+  if (dictptr != nullptr && *dictptr != nullptr) {
+    int has = PyDict_Contains(*dictptr, s_d);
+    if (has != 0) {   // a shell with a host view (or pending): not a copy
+      Py_DECREF(id);
+      return nullptr;
+    }
+  }
+  PyObject* st = PyObject_CallMethodNoArgs(a, s_untyped_storage);
+  if (st == nullptr) {
+    Py_DECREF(id);
+    return nullptr;
+  }
+  PyObject* sid = PyLong_FromVoidPtr(st);
+  p = sid ? PyDict_GetItemWithError(producers, sid) : nullptr;
+  Py_XDECREF(sid);
+  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || PyWeakref_GetObject(PyTuple_GET_ITEM(p, 2)) != st) {
+    Py_DECREF(st);
+    Py_DECREF(id);
+    return nullptr;
+  }
+  Py_DECREF(st);
+  PyObject* wr = PyWeakref_NewRef(a, nullptr);
+  PyObject* items[4] = {Py_NewRef(PyTuple_GET_ITEM(p, 0)), Py_NewRef(PyTuple_GET_ITEM(p, 1)), wr,
+                        Py_NewRef(PyTuple_GET_ITEM(p, 3))};
+  PyObject* mine = wr ? named(S.produced, 4, items) : nullptr;
+  if (wr == nullptr) {
+    for (int i : {0, 1, 3}) Py_DECREF(items[i]);
+  }
+  int bad = mine == nullptr || PyDict_SetItem(producers, id, mine) < 0;
+  Py_XDECREF(mine);
+  Py_DECREF(id);
+  return bad ? nullptr : p;   // p stays alive: it is still the storage's entry
+}
+
+PyObject* pack2(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }
+
+// The key and template of one argument (record._describe); false with an exception set
+// (record.NotQueueable for a call that cannot be queued). ``top``: a positional argument of
+// the op, where a list of plain ints is keyed ("ints", values) (record.describe).
+bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats, bool top,
+                  PyObject** key, PyObject** tmpl) {
+  PyTypeObject* t = Py_TYPE(a);
+  if (t == S.tensor || PyType_IsSubtype(t, S.tensor)) {
+    PyObject* p = producer_of(a, producers);
+    if (p == nullptr && PyErr_Occurred()) return false;
+    if (p != nullptr) {
+      Py_ssize_t ppos = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 0));
+      if (ppos == -1 && PyErr_Occurred()) return false;
+      PyObject* dist = PyLong_FromSsize_t(pos - ppos);
+      if (dist == nullptr) return false;
+      *key = PyTuple_Pack(3, s_r, dist, PyTuple_GET_ITEM(p, 1));
+      Py_DECREF(dist);
+      if (*key == nullptr) return false;
+      *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
+      return true;
+    }
+    // an input of the region: ("x", shape, stride, offset, dtype); CPU tensors and host-only
+    // dtypes cannot be queued
+    PyObject* cpu = PyObject_GetAttr(a, s_is_cpu);
+    if (cpu == nullptr) return false;
+    int is_cpu = PyObject_IsTrue(cpu);
+    Py_DECREF(cpu);
+    if (is_cpu) {
+      if (is_cpu > 0) PyErr_SetNone(S.not_queueable);
+      return false;
+    }
+    PyObject* dtype = PyObject_GetAttr(a, s_dtype);
+    if (dtype == nullptr) return false;
+    int host_only = PySet_Contains(S.host_only, dtype);
+    if (host_only) {
+      Py_DECREF(dtype);
+      if (host_only > 0) PyErr_SetNone(S.not_queueable);
+      return false;
+    }
+    PyObject* shape = PyObject_GetAttr(a, s_shape);
+    PyObject* stride = shape ? PyObject_CallMethodNoArgs(a, s_stride) : nullptr;
+    PyObject* offset = stride ? PyObject_CallMethodNoArgs(a, s_storage_offset) : nullptr;
+    *key = offset ? PyTuple_Pack(5, s_x, shape, stride, offset, dtype) : nullptr;
+    Py_XDECREF(shape);
+    Py_XDECREF(stride);
+    Py_XDECREF(offset);
+    Py_DECREF(dtype);
+    if (*key == nullptr) return false;
+    *tmpl = Py_NewRef(a);
+    return true;
+  }
+  if (t == &PyFloat_Type && floats) {
+    *key = Py_NewRef(S.float_key);
+    *tmpl = Py_NewRef(a);
+    return true;
+  }
+  if (t == &PyList_Type || t == &PyTuple_Type) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    PyObject** items = PySequence_Fast_ITEMS(a);
+    bool ints = top && t == &PyList_Type;
+    for (Py_ssize_t i = 0; i < n && ints; ++i) ints = PyLong_CheckExact(items[i]);
+    if (ints) {   // sizes, dims: ("ints", values)
+      PyObject* values = PyList_AsTuple(a);
+      if (values == nullptr) return false;
+      *key = PyTuple_Pack(2, s_ints, values);
+      Py_DECREF(values);
+      if (*key == nullptr) return false;
+      *tmpl = Py_NewRef(a);
+      return true;
+    }
+    PyObject* keys = PyTuple_New(n);
+    PyObject* tmpls = t == &PyList_Type ? PyList_New(n) : PyTuple_New(n);
+    if (keys == nullptr || tmpls == nullptr) {
+      Py_XDECREF(keys);
+      Py_XDECREF(tmpls);
+      return false;
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *k, *v;
+      if (!describe_arg(items[i], pos, producers, floats, false, &k, &v)) {
+        Py_DECREF(keys);
+        Py_DECREF(tmpls);
+        return false;
+      }
+      PyTuple_SET_ITEM(keys, i, k);
+      if (t == &PyList_Type) PyList_SET_ITEM(tmpls, i, v);
+      else PyTuple_SET_ITEM(tmpls, i, v);
+    }
+    *key = keys;
+    *tmpl = tmpls;
+    return true;
+  }
+  if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type) {   // (type, value)
+    *key = pack2(reinterpret_cast<PyObject*>(t), a);
+    if (*key == nullptr) return false;
+    *tmpl = Py_NewRef(a);
+    return true;
+  }
+  if (t == S.dtype_type) {
+    int host_only = PySet_Contains(S.host_only, a);
+    if (host_only) {
+      if (host_only > 0) PyErr_SetNone(S.not_queueable);
+      return false;
+    }
+  } else if (!(a == Py_None || t == &PyUnicode_Type || t == S.memory_format_type ||
+               t == S.layout_type || t == S.device_type)) {
+    PyErr_SetNone(S.not_queueable);
+    return false;
+  }
+  *key = Py_NewRef(a);   // dtypes, None, strings, memory formats, layouts, devices: as they are
+  *tmpl = Py_NewRef(a);
+  return true;
+}
+
+// (key, templates, kwarg templates) as record.describe builds them; nullptr + exception.
+PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
+                   PyObject* producers, bool floats) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
+  PyObject* keys = PyTuple_New(n + nkw);
+  PyObject* targs = PyTuple_New(n);
+  PyObject* tkw = nullptr;
+  PyObject* names = nullptr;
+  if (keys == nullptr || targs == nullptr) goto fail;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *k, *v;
+    if (!describe_arg(PyTuple_GET_ITEM(args, i), pos, producers, floats, true, &k, &v)) goto fail;
+    PyTuple_SET_ITEM(keys, i, k);
+    PyTuple_SET_ITEM(targs, i, v);
+  }
+  if (nkw) {
+    tkw = PyDict_New();
+    names = PyDict_Keys(kwargs);
+    if (tkw == nullptr || names == nullptr || PyList_Sort(names) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+      PyObject* name = PyList_GET_ITEM(names, i);
+      PyObject *k, *v;
+      PyObject* value = PyDict_GetItemWithError(kwargs, name);
+      if (value == nullptr) goto fail;
+      if (!describe_arg(value, pos, producers, floats, false, &k, &v)) goto fail;
+      PyObject* named_key = PyTuple_Pack(2, name, k);
+      Py_DECREF(k);
+      int bad = named_key == nullptr || PyDict_SetItem(tkw, name, v) < 0;
+      Py_DECREF(v);
+      if (bad) {
+        Py_XDECREF(named_key);
+        goto fail;
+      }
+      k = named_key;
+      PyTuple_SET_ITEM(keys, n + i, k);
+    }
+    Py_DECREF(names);
+  }
+  {
+    PyObject* key = PyTuple_Pack(2, f, keys);
+    Py_DECREF(keys);
+    if (key == nullptr) {
+      Py_DECREF(targs);
+      Py_XDECREF(tkw);
+      return nullptr;
+    }
+    PyObject* out = PyTuple_Pack(3, key, targs, tkw ? tkw : Py_None);
+    Py_DECREF(key);
+    Py_DECREF(targs);
+    Py_XDECREF(tkw);
+    return out;
+  }
+fail:
+  Py_XDECREF(keys);
+  Py_XDECREF(targs);
+  Py_XDECREF(tkw);
+  Py_XDECREF(names);
+  return nullptr;
+}
+
+PyObject* set_attr_none(PyObject* o, PyObject* name) {
+  return PyObject_SetAttr(o, name, Py_None) < 0 ? nullptr : o;
+}
+
+// Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
+PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* fast,
+                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  PyObject* size = PyTuple_GET_ITEM(fast, 0);
+  PyObject* stride = PyTuple_GET_ITEM(fast, 1);
+  PyObject* offset = PyTuple_GET_ITEM(fast, 2);
+  PyObject* dtype = PyTuple_GET_ITEM(fast, 3);
+  PyObject* nbytes = PyTuple_GET_ITEM(fast, 4);
+  bool dense = PyTuple_GET_ITEM(fast, 5) == Py_True;
+  bool queueable = PyTuple_GET_ITEM(fast, 6) == Py_True;
+  PyObject* ref = PyTuple_GET_ITEM(fast, 7);
+
+  long long nb = PyLong_AsLongLong(nbytes);
+  if (nb == -1 && PyErr_Occurred()) return nullptr;
+  if (nb) {   // the segment's bound on pending bytes (Engine._admit_pending past the headroom)
+    PyObject* q = PyObject_GetAttr(S.engine, s_queued_bytes);
+    if (q == nullptr) return nullptr;
+    PyObject* q2 = PyNumber_Add(q, nbytes);
+    Py_DECREF(q);
+    if (q2 == nullptr || PyObject_SetAttr(S.engine, s_queued_bytes, q2) < 0) {
+      Py_XDECREF(q2);
+      return nullptr;
+    }
+    PyObject* head = PyObject_GetAttr(S.engine, s_headroom);
+    int over = head == nullptr ? -1 : PyObject_RichCompareBool(q2, head, Py_GT);
+    Py_DECREF(q2);
+    Py_XDECREF(head);
+    if (over < 0) return nullptr;
+    if (over) {
+      PyObject* r = PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr);
+      if (r == nullptr) return nullptr;
+      Py_DECREF(r);
+    }
+  }
+  PyObject* t = dense ? PyObject_CallFunctionObjArgs(S.create, size, dtype, nullptr)
+                      : PyObject_CallFunctionObjArgs(S.pending, size, stride, dtype, offset,
+                                                     nullptr);
+  if (t == nullptr) return nullptr;
+  PyObject* st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+  if (st == nullptr) {
+    Py_DECREF(t);
+    return nullptr;
+  }
+  if (dense && (set_attr_none(st, s_h) == nullptr || set_attr_none(t, s_d) == nullptr)) {
+    Py_DECREF(st);
+    Py_DECREF(t);
+    return nullptr;   // shell.pending_dense's two attributes
+  }
+  PyObject* tr = PyWeakref_NewRef(t, nullptr);
+  PyObject* sr = PyWeakref_NewRef(st, nullptr);
+  PyObject *tid = nullptr, *sid = nullptr, *pos_obj = nullptr, *outs = nullptr, *pair = nullptr;
+  bool ok = tr && sr;
+  if (ok && queueable) {
+    pos_obj = PyLong_FromSsize_t(pos);
+    tid = PyLong_FromVoidPtr(t);
+    sid = PyLong_FromVoidPtr(st);
+    ok = pos_obj && tid && sid;
+    if (ok) {
+      PyObject* a[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(tr), Py_NewRef(ref)};
+      PyObject* pt = named(S.produced, 4, a);
+      PyObject* b[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(sr), Py_NewRef(ref)};
+      PyObject* ps = named(S.produced, 4, b);
+      ok = pt && ps && PyDict_SetItem(producers, tid, pt) == 0 &&
+           PyDict_SetItem(producers, sid, ps) == 0;
+      Py_XDECREF(pt);
+      Py_XDECREF(ps);
+    }
+  }
+  if (ok) {
+    pair = PyTuple_Pack(2, tr, sr);
+    outs = pair ? PyList_New(1) : nullptr;
+    ok = outs != nullptr;
+    if (ok) PyList_SET_ITEM(outs, 0, Py_NewRef(pair));
+  }
+  if (ok) {   // QueuedOp(facts, args, kwargs, key, outs, metas, structure, where, plan)
+    PyObject* metas = PyObject_GetAttr(nxt, s_metas);
+    PyObject* where = PyObject_GetAttr(nxt, s_where);
+    PyObject* plan = PyObject_GetAttr(nxt, s_plan);
+    ok = metas && where && plan;
+    if (ok) {
+      PyObject* items[9] = {Py_NewRef(f),
+                            Py_NewRef(PyTuple_GET_ITEM(described, 1)),
+                            Py_NewRef(PyTuple_GET_ITEM(described, 2)),
+                            Py_NewRef(PyTuple_GET_ITEM(described, 0)),
+                            Py_NewRef(outs), metas, Py_NewRef(s_t), where, plan};
+      metas = where = plan = nullptr;
+      PyObject* rec = named(S.queued, 9, items);
+      ok = rec && PyList_Append(records, rec) == 0;
+      Py_XDECREF(rec);
+    }
+    Py_XDECREF(metas);
+    Py_XDECREF(where);
+    Py_XDECREF(plan);
+  }
+  ok = ok && PyObject_SetAttr(S.engine, s_node, nxt) == 0;
+  if (ok) {   // tracking.executed[f.name] += 1: executed_ops() counts every op the user ran
+    PyObject* name = PyObject_GetAttr(f, s_name);
+    ok = name != nullptr;
+    if (ok) {
+      PyObject* c = PyDict_GetItemWithError(S.executed, name);
+      PyObject* c2 = c ? PyNumber_Add(c, s_one) : PyErr_Occurred() ? nullptr
+                                                                               : PyLong_FromLong(1);
+      ok = c2 && PyDict_SetItem(S.executed, name, c2) == 0;
+      Py_XDECREF(c2);
+      Py_DECREF(name);
+    }
+  }
+  Py_XDECREF(tr);
+  Py_XDECREF(sr);
+  Py_XDECREF(tid);
+  Py_XDECREF(sid);
+  Py_XDECREF(pos_obj);
+  Py_XDECREF(pair);
+  Py_XDECREF(outs);
+  Py_DECREF(st);
+  if (!ok) {
+    Py_DECREF(t);
+    return nullptr;
+  }
+  PyObject* pressure = PyObject_GetAttr(S.engine, s_pressure);
+  if (pressure == nullptr) {
+    Py_DECREF(t);
+    return nullptr;
+  }
+  int p = PyObject_IsTrue(pressure);
+  Py_DECREF(pressure);
+  if (p) {   // past 90% of the capacity: run what is queued right after handing this out
+    if (PyObject_SetAttr(S.engine, s_pressure, Py_False) < 0) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyObject* r = PyObject_CallOneArg(S.flush, s_memory);
+    if (r == nullptr) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    Py_DECREF(r);
+  }
+  return t;
+}
+
+// Engine.launch's body with the lock held.
+PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
+  PyObject* node = PyObject_GetAttr(S.engine, s_node);
+  if (node == nullptr) return nullptr;
+  PyObject* result = nullptr;
+  PyObject* described = nullptr;
+  PyObject *records = nullptr, *producers = nullptr, *children = nullptr;
+  if (node != Py_None) {
+    PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
+    if (plain == nullptr && PyErr_Occurred()) goto done;
+    records = PyObject_GetAttr(S.engine, s_records);
+    if (records == nullptr) goto done;
+    if (plain == Py_True && PyList_Check(records)) {
+      Py_ssize_t pos = PyList_GET_SIZE(records);
+      PyObject* depth = PyObject_GetAttr(node, s_depth);
+      if (depth == nullptr) goto done;
+      Py_ssize_t d = PyLong_AsSsize_t(depth);
+      Py_DECREF(depth);
+      if (d == -1 && PyErr_Occurred()) goto done;
+      if (d == pos) {   // the hot path: deferring along a known region, one op at a time
+        PyObject* floats = PyObject_GetAttr(f, s_floats);
+        if (floats == nullptr) goto done;
+        int fl = PyObject_IsTrue(floats);
+        Py_DECREF(floats);
+        producers = PyObject_GetAttr(S.engine, s_producers);
+        if (producers == nullptr) goto done;
+        described = describe(f, args, kwargs, pos, producers, fl == 1);
+        if (described == nullptr) {
+          if (!PyErr_ExceptionMatches(S.not_queueable)) goto done;
+          PyErr_Clear();
+          result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
+          goto done;
+        }
+        children = PyObject_GetAttr(node, s_children);
+        if (children == nullptr) goto done;
+        PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
+        if (nxt == nullptr && PyErr_Occurred()) goto done;
+        if (nxt != nullptr) {
+          Py_INCREF(nxt);
+          PyObject* fast = PyObject_GetAttr(nxt, s_fast);
+          if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
+            result = defer_one(f, described, nxt, fast, records, producers, pos);
+            Py_DECREF(fast);
+            Py_DECREF(nxt);
+            if (result != nullptr) ++S.fast;
+            goto done;
+          }
+          Py_XDECREF(fast);
+          Py_DECREF(nxt);
+          if (PyErr_Occurred()) goto done;
+        }
+        ++S.slow;
+        result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
+        goto done;
+      }
+    }
+  }
+  ++S.slow;
+  result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
+done:
+  Py_DECREF(node);
+  Py_XDECREF(records);
+  Py_XDECREF(producers);
+  Py_XDECREF(children);
+  Py_XDECREF(described);
+  return result;
+}
+
+// launch(facts, args, kwargs): the device's seam.launch
+PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 3 || !PyTuple_Check(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: launch(facts, args: tuple, kwargs)");
+    return nullptr;
+  }
+  if (S.engine == nullptr) return PyObject_Vectorcall(S.py_launch, argv, 3, nullptr);
+  if (!mode_is_adaptive()) {   // eager mode: Engine.launch runs the op (after flushing a queue)
+    PyObject* records = PyObject_GetAttr(S.engine, s_records);
+    if (records == nullptr) return nullptr;
+    bool empty = PyList_Check(records) && PyList_GET_SIZE(records) == 0;
+    Py_DECREF(records);
+    return PyObject_Vectorcall(empty ? S.execute : S.py_launch, argv, 3, nullptr);
+  }
+  PyObject* got = PyObject_CallNoArgs(S.acquire);
+  if (got == nullptr) return nullptr;
+  Py_DECREF(got);
+  PyObject* result = launch_locked(argv[0], argv[1], argv[2]);
+  // release with any exception of the launch kept
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+  PyObject* r = PyObject_CallNoArgs(S.release);
+  if (r == nullptr) {
+    Py_XDECREF(result);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return nullptr;
+  }
+  Py_DECREF(r);
+  PyErr_Restore(et, ev, tb);
+  return result;
+}
+
+// describe(facts, args, kwargs, pos, producers): the C key builder alone (tests compare it with
+// record.describe)
+PyObject* describe_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 5 || !PyTuple_Check(argv[1]) || !PyDict_Check(argv[4])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "neuron_lab: describe(facts, args: tuple, kwargs, pos: int, producers: dict)");
+    return nullptr;
+  }
+  if (S.engine == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure() first");
+    return nullptr;
+  }
+  Py_ssize_t pos = PyLong_AsSsize_t(argv[3]);
+  if (pos == -1 && PyErr_Occurred()) return nullptr;
+  PyObject* floats = PyObject_GetAttr(argv[0], s_floats);
+  if (floats == nullptr) return nullptr;
+  int fl = PyObject_IsTrue(floats);
+  Py_DECREF(floats);
+  return describe(argv[0], argv[1], argv[2], pos, argv[4], fl == 1);
+}
+
+PyMethodDef describe_def = {"describe",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&describe_py)),
+                            METH_FASTCALL, "describe(facts, args, kwargs, pos, producers)"};
+
+PyMethodDef launch_def = {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&launch)),
+                          METH_FASTCALL,
+                          "launch(facts, args, kwargs): Engine.launch with its hot path in C"};
+
+void set(PyObject*& slot, py::handle v) {
+  Py_XINCREF(v.ptr());
+  Py_XSETREF(slot, v.ptr());
+}
+
+void configure(py::dict o) {
+  set(S.engine, o["engine"]);
+  set(S.lock, o["lock"]);
+  set(S.acquire, o["lock"].attr("acquire"));
+  set(S.release, o["lock"].attr("release"));
+  set(S.plain, o["plain"]);
+  set(S.host_only, o["host_only"]);
+  set(reinterpret_cast<PyObject*&>(S.dtype_type), o["dtype_type"]);
+  set(reinterpret_cast<PyObject*&>(S.memory_format_type), o["memory_format_type"]);
+  set(reinterpret_cast<PyObject*&>(S.layout_type), o["layout_type"]);
+  set(reinterpret_cast<PyObject*&>(S.device_type), o["device_type"]);
+  set(S.not_queueable, o["not_queueable"]);
+  set(S.float_key, o["float_key"]);
+  set(reinterpret_cast<PyObject*&>(S.produced), o["produced"]);
+  set(reinterpret_cast<PyObject*&>(S.queued), o["queued"]);
+  set(S.executed, o["executed"]);
+  set(S.mode, o["mode"]);
+  set(S.unset, o["unset"]);
+  set(S.create, o["create"]);
+  set(S.pending, o["pending"]);
+  set(reinterpret_cast<PyObject*&>(S.tensor), o["tensor"]);
+  set(S.execute, o["execute"]);
+  set(S.py_launch, o["engine"].attr("launch"));
+  set(S.py_adaptive, o["engine"].attr("_adaptive"));
+  set(S.admit, o["engine"].attr("_admit_pending"));
+  set(S.flush, o["engine"].attr("flush"));
+  if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
+    throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
+  if (!PyDict_Check(S.plain) || !PyDict_Check(S.executed))
+    throw py::type_error("neuron_lab: plain and executed must be dicts");
+}
+
+}  // namespace
+
+void init_deferral(py::module_& m) {
+  s_node = intern("node");
+  s_records = intern("records");
+  s_producers = intern("producers");
+  s_depth = intern("depth");
+  s_children = intern("children");
+  s_fast = intern("fast");
+  s_metas = intern("metas");
+  s_where = intern("where");
+  s_plan = intern("plan");
+  s_queued_bytes = intern("queued_bytes");
+  s_headroom = intern("headroom");
+  s_pressure = intern("_pressure");
+  s_floats = intern("floats_are_data");
+  s_name = intern("name");
+  s_value = intern("_value");
+  s_env_value = intern("_env_value");
+  s_untyped_storage = intern("untyped_storage");
+  s_h = intern("_h");
+  s_d = intern("_d");
+  s_r = intern("r");
+  s_ints = intern("ints");
+  s_t = intern("t");
+  s_memory = intern("memory");
+  s_one = PyLong_FromLong(1);
+  s_is_cpu = intern("is_cpu");
+  s_dtype = intern("dtype");
+  s_shape = intern("shape");
+  s_stride = intern("stride");
+  s_storage_offset = intern("storage_offset");
+  s_x = intern("x");
+  S.adaptive = intern("adaptive");
+  m.def("configure", &configure,
+        "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");
+  m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
+        "(ops deferred on the C path, launches handed to the Python engine)");
+  m.add_object("launch", py::reinterpret_steal<py::object>(PyCFunction_New(&launch_def, nullptr)));
+  m.add_object("describe",
+               py::reinterpret_steal<py::object>(PyCFunction_New(&describe_def, nullptr)));
+}
+
+}  // namespace neuron_lab

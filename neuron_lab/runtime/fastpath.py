@@ -1,0 +1,77 @@
+"""The engine's deferral hot path in C (``runtime/csrc/deferral.cpp``), and the engine as the
+device's seam sees it.
+
+``Engine.launch`` (Python) is the reference: for an op that continues a known region path it
+builds the op's key, looks the next trie node up and hands out one pending tensor
+(``_defer_one``). The C extension does those steps on the same Python objects (the producers
+map, the trie's dicts, ``QueuedOp`` records), ~4 us of interpreter work per op less; every other
+case (capture, a divergence, a region's end, eager mode) calls the Python engine, under its
+lock as before. ``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the
+whole path in Python; results are the same either way (the test suite runs both).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..device import config, kernels, native, shell, tracking
+from ..device.dtypes import HOST_ONLY
+from . import adaptive, knobs, record
+
+CSRC = Path(__file__).with_name("csrc")
+
+_ext = None
+
+
+def extension():
+    """The built deferral extension, or None (not wanted, or no compiler: warned once)."""
+    global _ext
+    if _ext is None:
+        if not knobs.NATIVE_DEFER.get():
+            return None
+        try:
+            _ext = native.build("neuron_lab_runtime", CSRC)
+        except RuntimeError as e:
+            warnings.warn(f"{e}; the adaptive engine defers ops in Python (slower, same results)",
+                          RuntimeWarning, stacklevel=2)
+            _ext = False
+    return _ext or None
+
+
+class SeamRuntime:
+    """What the device's seam calls: the engine's flush, materialize and pending_bytes, and a
+    launch that takes the C hot path."""
+    __slots__ = ("launch", "flush", "materialize", "pending_bytes")
+
+    def __init__(self, engine: adaptive.Engine, launch) -> None:
+        self.launch = launch
+        self.flush = engine.flush
+        self.materialize = engine.materialize
+        self.pending_bytes = engine.pending_bytes
+
+
+def seam_runtime(engine: adaptive.Engine):
+    """The object to ``seam.install``: ``engine`` itself, or with its launch in C."""
+    ext = extension()
+    if ext is None:
+        return engine
+    ext.configure({
+        "engine": engine, "lock": engine.lock, "plain": adaptive._plain,
+        "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
+        "memory_format_type": torch.memory_format, "device_type": torch.device,
+        "not_queueable": record.NotQueueable,
+        "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
+        "executed": tracking.executed, "mode": knobs.MODE, "unset": config._UNSET,
+        "create": torch._C._acc.create_empty_tensor, "pending": shell.pending,
+        "execute": kernels.execute,
+        "tensor": torch.Tensor,
+    })
+    return SeamRuntime(engine, ext.launch)
+
+
+def counts() -> tuple[int, int]:
+    """(ops deferred on the C path, launches it handed to the Python engine); (0, 0) without it."""
+    ext = extension()
+    return tuple(ext.counts()) if ext is not None else (0, 0)
