@@ -120,7 +120,7 @@ def _policy(f: OpFacts, dts, rnd: bool) -> None:
         if dt in _HOST_ONLY:
             mode = config.FALLBACK.get()
             if mode == "error":
-                loc, _ = tracking.user_location(4)
+                loc, _ = tracking.user_location(2)   # from execute outwards
                 raise UnsupportedDtypeError(
                     f"neuron: {f.name} on {str(dt).replace('torch.', '')} is not supported on "
                     f"device neuron:0 (Trainium has no {str(dt).replace('torch.', '')}), at {loc}. "
@@ -213,6 +213,31 @@ def execute(f: OpFacts, args, kwargs):
         memory.track(hs, f.name)
         return shell.wrap(out, hs)
     return wrap_result(f, out, args, kwargs)
+
+
+execute_py = execute     # the reference; ``execute`` becomes the C short path when it is built
+
+
+def use_native(ext) -> None:
+    """Route ``execute`` through the native extension's short path (``csrc/kernel.cpp``): the
+    same steps as the plain case above, in C; every other call, and every error, comes back to
+    ``execute_py``. Called at registration, before the runtime and the kernels bind it."""
+    global execute
+    ext.configure_execute({
+        "execute": execute_py, "host": shell.host, "host_error": raise_host_error,
+        "track": memory.track, "wrap": shell.wrap, "wrap_result": wrap_result,
+        "executed": _executed, "create": torch._C._acc.create_empty_tensor,
+        "bind": shell.native_bind(), "host_only": _HOST_ONLY, "tensor": Tensor})
+    execute = ext.execute
+
+
+def raise_host_error(e: RuntimeError, f: OpFacts, args) -> None:
+    """Raise the device's error for host kernel error ``e`` of a plain call (the C path's
+    ``except RuntimeError``), or ``e`` itself."""
+    err = _host_error(e, f, [a.dtype for a in args if isinstance(a, Tensor) and not a.is_cpu])
+    if err is None:
+        raise e
+    raise err from None
 
 
 def _host_error(e: RuntimeError, f: OpFacts, found: list) -> Exception | None:

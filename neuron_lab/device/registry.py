@@ -19,6 +19,7 @@ from .opinfo import facts
 
 _registered = False
 _libs: list = []
+_native = None          # the native extension, when built: the generic kernel is its ``kernel``
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -38,10 +39,15 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _kernel(op):
+    """The generic kernel for ``op``: ``seam.launch(facts, args, kwargs)`` with a runtime
+    installed, else ``kernels.execute``. In C when the native extension is built
+    (``csrc/kernel.cpp``: one interpreter frame less per op); the closure below is the same."""
     f = facts(op)
     execute = kernels.execute
     if f.base == "set_" and "Storage" in f.name:
         return kernels.set_storage
+    if _native is not None:
+        return _native.kernel(f, execute, vars(seam))
 
     def kernel(*args, **kwargs):
         launch = seam.launch
@@ -188,7 +194,7 @@ def _register_shallow_copy() -> None:
 
 def register() -> None:
     """Register ``neuron`` (idempotent). Raises if another backend owns PrivateUse1."""
-    global _registered
+    global _registered, _native
     if _registered:
         return
     existing = getattr(torch, "neuron", None)
@@ -200,10 +206,11 @@ def register() -> None:
     torch._register_device_module("neuron", module)
     if hooks.install():       # pinned memory and generators need the C++ hooks
         from . import executor, memory, native, shell
-        ext = native.load()
+        ext = _native = native.load()
         shell.use_native(ext)               # storages get their host buffer's address
         if executor.host_device().type == "cpu":
             memory.use_native(ext)          # and are counted in their own DataPtr
+        kernels.use_native(ext)             # the eager path's short cut in C
     else:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())

@@ -55,6 +55,11 @@ def use_native(ext) -> None:
     _bind = ext.bind_storage
 
 
+def native_bind():
+    """The native ``bind_storage`` in use, or None."""
+    return _bind
+
+
 def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host_storage) -> None:
     st = _from_ptr(0, DEVICE, nbytes)
     if host_storage is not None:

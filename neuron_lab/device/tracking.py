@@ -107,7 +107,10 @@ def format_location(token) -> tuple[str, str]:
 
 
 def user_location(skip: int = 2) -> tuple[str, str]:
-    """(``file:line``, source text) of the first frame that is the user's code."""
+    """(``file:line``, source text) of the first frame that is the user's code. ``skip``: frames
+    of this package certainly between here and the user's; never more (the generic kernel and
+    the engine's launch are C: how many Python frames an op passes through depends on its path),
+    ``_first_user_frame`` walks past the rest."""
     return format_location(user_frame_token(skip + 1))
 
 
@@ -118,7 +121,7 @@ def count_op(name: str) -> None:
 def record_fallback(op: str, reason: str) -> str:
     """Record one fallback of ``op``; returns the user's location it was attributed to."""
     global _seq
-    loc, src = user_location(3)
+    loc, src = user_location(2)
     with _lock:
         _seq += 1
         rec = _fallbacks.get((op, reason))
