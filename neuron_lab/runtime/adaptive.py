@@ -169,9 +169,10 @@ class Engine:
         self.stats["launches_per_op"] += 1
         self.stats["ops_per_op"] += 1
         outs = flatten_outputs(out)
-        rec = QueuedOp(f, targs, tkw, key, [None] * len(outs), tuple(out_meta(t) for t in outs),
-                       structure_of(out),
-                       tracking.user_frame_token(2))   # ~1.5 us, capture only: errors name it
+        rec = _tuple_new(QueuedOp, (f, targs, tkw, key, [None] * len(outs),
+                                    tuple([out_meta(t) for t in outs]), structure_of(out),
+                                    tracking.user_frame_token(2),  # ~1.5 us: errors name it
+                                    None))
         pos = len(self.records)
         self.records.append(rec)
         self._produce(pos, outs)

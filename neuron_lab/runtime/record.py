@@ -193,7 +193,9 @@ class OutMeta(NamedTuple):
 
 
 def out_meta(t: Tensor | None) -> OutMeta | None:
-    return None if t is None else OutMeta(tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+    """(On every captured op: made with ``tuple.__new__``, as ``QueuedOp`` is.)"""
+    return None if t is None else _tuple_new(OutMeta, (tuple(t.shape), t.stride(),
+                                                       t.storage_offset(), t.dtype))
 
 
 # OutSpec.kind: how a deferred op hands out one output
