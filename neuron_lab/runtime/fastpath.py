@@ -4,10 +4,13 @@ device's seam sees it.
 ``Engine.launch`` (Python) is the reference: for an op that continues a known region path it
 builds the op's key, looks the next trie node up and hands out one pending tensor
 (``_defer_one``). The C extension does those steps on the same Python objects (the producers
-map, the trie's dicts, ``QueuedOp`` records), ~4 us of interpreter work per op less; every other
-case (capture, a divergence, a region's end, eager mode) calls the Python engine, under its
-lock as before. ``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the
-whole path in Python; results are the same either way (the test suite runs both).
+map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
+path (docs/performance.md, "The hot paths in C"). Every other case (capture, a divergence, a
+region's end, an in-place or multi-output op) calls the Python engine, under its lock as
+before; in eager mode an op goes to the device's ``kernels.execute``.
+``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the whole path in
+Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
+the two).
 """
 from __future__ import annotations
 
