@@ -175,11 +175,7 @@ def execute(f: OpFacts, args, kwargs):
             try:
                 out = f.call(*hargs)
             except RuntimeError as e:
-                err = _host_error(e, f, [a.dtype for a in args
-                                         if isinstance(a, Tensor) and not a.is_cpu])
-                if err is None:
-                    raise
-                raise err from None
+                raise_host_error(e, f, args)
             if type(out) is Tensor:
                 hs = out.untyped_storage()
                 memory.track(hs, f.name)
@@ -232,8 +228,8 @@ def use_native(ext) -> None:
 
 
 def raise_host_error(e: RuntimeError, f: OpFacts, args) -> None:
-    """Raise the device's error for host kernel error ``e`` of a plain call (the C path's
-    ``except RuntimeError``), or ``e`` itself."""
+    """Raise the device's error for host kernel error ``e`` of a plain call (the short path's
+    ``except RuntimeError``, in Python above and in C), or ``e`` itself."""
     err = _host_error(e, f, [a.dtype for a in args if isinstance(a, Tensor) and not a.is_cpu])
     if err is None:
         raise e

@@ -4,15 +4,18 @@ and any other layer's (``build(name, csrc_dir)``; the runtime's deferral hot pat
 Some of the device contract is only reachable from C++: PyTorch looks up a backend's streams and
 events through ``c10::impl::DeviceGuardImplInterface`` (``csrc/guard.cpp``), and a Python
 PrivateUse1 backend can only register a guard that knows its device type. The files are small
-and include only c10 and pybind11 headers, so the build takes seconds, not a full
-``torch/extension.h`` compile.
+and include only c10, CPython and pybind11 headers, so the build takes seconds, not a full
+``torch/extension.h`` compile. ``csrc/python_objects.h`` holds the CPython helpers every
+extension's C callables share.
 
-Convention (every extension): ``csrc/NAME.cpp`` defines ``void neuron_lab::init_NAME(pybind11::module_&)``, which
-adds its functions to the module; ``load()`` generates the ``PYBIND11_MODULE`` that calls every
-``init_*``. Each is built once with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja,
-both installed by ``scripts/setup.sh``/the package's dependencies) and cached under
-``~/.cache/neuron_lab/native/<hash>``, the hash covering the sources, the torch version and the
-Python version, so worktrees and versions never share a stale build.
+Convention (every extension): ``csrc/NAME.cpp`` defines
+``void neuron_lab::init_NAME(pybind11::module_&)``, which adds its functions to the module;
+``build`` generates the ``PYBIND11_MODULE`` that calls every ``init_*``. Each is built once with
+``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja, both installed by
+``scripts/setup.sh``/the package's dependencies) and cached under
+``~/.cache/neuron_lab/native/<hash>``, the hash covering the sources, the headers it can
+include, the torch version and the Python version, so worktrees and versions never share a stale
+build.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ _modules: dict = {}                  # csrc directory -> built module
 _errors: dict = {}                   # csrc directory -> the build's exception
 
 
-def _sources(csrc: Path = CSRC) -> list[Path]:
+def _sources(csrc: Path) -> list[Path]:
     return sorted(csrc.glob("*.cpp"))
 
 
@@ -43,9 +46,9 @@ def _entry(sources: list[Path]) -> str:
             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{calls}}}\n")
 
 
-def _key(sources: list[Path], entry: str) -> str:
+def _key(files: list[Path], entry: str) -> str:
     h = hashlib.sha256()
-    for p in sources:
+    for p in files:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(entry.encode() + torch.__version__.encode() + sys.version.encode())
     return h.hexdigest()[:16]
@@ -64,20 +67,16 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + path
 
 
-def build_dir(csrc: Path = CSRC) -> Path:
-    sources = _sources(csrc)
-    entry = _entry(sources)
-    return Path(os.path.expanduser("~")) / ".cache" / "neuron_lab" / "native" / _key(sources, entry)
-
-
 def load():
     """The device's extension module (built on first use, then loaded from the cache)."""
     return build("neuron_lab_native", CSRC)
 
 
-def build(name: str, csrc: Path):
+def build(name: str, csrc: Path, includes: tuple[Path, ...] = ()):
     """The extension built from ``csrc/*.cpp`` (on first use; then from the cache). ``name``
-    prefixes the module's name, which also carries the sources' hash."""
+    prefixes the module's name, which also carries the hash of the sources and of the headers
+    of ``csrc`` and ``includes`` (directories on the include path: the device's ``csrc``
+    holds headers other extensions share)."""
     mod = _modules.get(csrc)
     if mod is not None:
         return mod
@@ -89,10 +88,11 @@ def build(name: str, csrc: Path):
         if err is not None:
             raise RuntimeError(f"neuron: the native extension {name} failed to build earlier: {err}")
         from torch.utils import cpp_extension
+        dirs = [csrc, *includes]
         sources = _sources(csrc)
         entry = _entry(sources)
-        key = _key(sources, entry)
-        out = build_dir(csrc)
+        key = _key(sources + sorted(h for d in dirs for h in d.glob("*.h")), entry)
+        out = Path(os.path.expanduser("~")) / ".cache" / "neuron_lab" / "native" / key
         out.mkdir(parents=True, exist_ok=True)
         main = out / "neuron_lab_module.cpp"
         if not main.exists() or main.read_text() != entry:
@@ -101,7 +101,8 @@ def build(name: str, csrc: Path):
         try:
             mod = cpp_extension.load(
                 name=f"{name}_{key}", sources=[str(main)] + [str(p) for p in sources],
-                build_directory=str(out), extra_cflags=["-O2"], verbose=False)
+                build_directory=str(out), extra_cflags=["-O2"],
+                extra_include_paths=[str(d) for d in dirs], verbose=False)
         except Exception as e:          # a missing compiler: say so once, clearly
             _errors[csrc] = e
             raise RuntimeError(

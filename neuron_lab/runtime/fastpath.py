@@ -35,7 +35,7 @@ def extension():
         if not knobs.NATIVE_DEFER.get():
             return None
         try:
-            _ext = native.build("neuron_lab_runtime", CSRC)
+            _ext = native.build("neuron_lab_runtime", CSRC, includes=(native.CSRC,))
         except RuntimeError as e:
             warnings.warn(f"{e}; the adaptive engine defers ops in Python (slower, same results)",
                           RuntimeWarning, stacklevel=2)

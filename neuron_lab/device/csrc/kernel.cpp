@@ -11,8 +11,7 @@
 // arguments: no per-call checks, one new tensor): host arguments (a neuron tensor's cached host
 // view ``_d``, else shell.host), the host op, memory.track, and shell.wrap's contiguous case.
 // Anything else, and every error, goes to the Python functions, which stay the reference.
-#include <Python.h>
-#include <pybind11/pybind11.h>
+#include "python_objects.h"
 
 namespace py = pybind11;
 
@@ -33,7 +32,6 @@ struct Eager {
   PyObject* bind = nullptr;        // the native bind_storage, or None
   PyObject* host_only = nullptr;   // dtypes.HOST_ONLY
   PyTypeObject* tensor = nullptr;  // torch.Tensor
-  PyObject* one = nullptr;
 };
 Eager E;
 PyObject *s_plain, *s_call, *s_name, *s_d, *s_h, *s_is_cpu, *s_dim, *s_dtype, *s_shape,
@@ -160,13 +158,7 @@ PyObject* execute(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (done == nargs) {
     PyObject* name = PyObject_GetAttr(f, s_name);
     PyObject* call = name ? PyObject_GetAttr(f, s_call) : nullptr;
-    bool ok = call != nullptr;
-    if (ok) {   // tracking.executed[f.name] += 1
-      PyObject* c = PyDict_GetItemWithError(E.executed, name);
-      PyObject* c2 = c ? PyNumber_Add(c, E.one) : PyErr_Occurred() ? nullptr : Py_NewRef(E.one);
-      ok = c2 && PyDict_SetItem(E.executed, name, c2) == 0;
-      Py_XDECREF(c2);
-    }
+    bool ok = call != nullptr && count_executed(E.executed, name);
     PyObject* out = ok ? PyObject_Vectorcall(call, hargs, nargs, nullptr) : nullptr;
     if (out == nullptr && ok && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
       // the device's error for a host kernel's error (OOM, a dtype the host lacks)
@@ -207,23 +199,18 @@ PyMethodDef execute_def = {"execute",
                            reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&execute)),
                            METH_FASTCALL, "execute(facts, args, kwargs): kernels.execute in C"};
 
-void set(PyObject*& slot, py::handle v) {
-  Py_XINCREF(v.ptr());
-  Py_XSETREF(slot, v.ptr());
-}
-
 void configure_execute(py::dict o) {
-  set(E.execute, o["execute"]);
-  set(E.host, o["host"]);
-  set(E.host_error, o["host_error"]);
-  set(E.track, o["track"]);
-  set(E.wrap, o["wrap"]);
-  set(E.wrap_result, o["wrap_result"]);
-  set(E.executed, o["executed"]);
-  set(E.create, o["create"]);
-  set(E.bind, o["bind"]);
-  set(E.host_only, o["host_only"]);
-  set(reinterpret_cast<PyObject*&>(E.tensor), o["tensor"]);
+  hold(E.execute, o["execute"]);
+  hold(E.host, o["host"]);
+  hold(E.host_error, o["host_error"]);
+  hold(E.track, o["track"]);
+  hold(E.wrap, o["wrap"]);
+  hold(E.wrap_result, o["wrap_result"]);
+  hold(E.executed, o["executed"]);
+  hold(E.create, o["create"]);
+  hold(E.bind, o["bind"]);
+  hold(E.host_only, o["host_only"]);
+  hold(E.tensor, o["tensor"]);
   if (!PyDict_Check(E.executed)) throw py::type_error("neuron_lab: executed must be a dict");
 }
 
@@ -265,8 +252,6 @@ py::object make(py::object facts, py::object execute, py::dict seam_globals) {
 
 }  // namespace
 
-PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
-
 void init_kernel(py::module_& m) {
   s_launch = intern("launch");
   s_plain = intern("plain");
@@ -283,7 +268,6 @@ void init_kernel(py::module_& m) {
   s_untyped_storage = intern("untyped_storage");
   s_is_conj = intern("is_conj");
   s_is_neg = intern("is_neg");
-  E.one = PyLong_FromLong(1);
   m.def("configure_execute", &configure_execute,
         "configure_execute({execute, host, host_error, ...}): what the C execute calls");
   m.add_object("execute",

@@ -2,15 +2,16 @@
 // region path (runtime/adaptive.py and record.py hold the same logic in Python, the reference).
 //
 // On a known path a deferred op does no work of its own: it gets a pending tensor whose
-// metadata the trie node predicts (record.FastOut) and is appended to the queue. In Python that
-// was ~4 us of interpreter work per op (building the key, the trie lookup, the tensor, two weak
-// references, two producer entries, the record); here the same steps are C calls on the same
-// Python objects, so the engine's slow paths (capture, divergence, launches, materialize), the
-// telemetry and the tests see exactly what the Python path would have built:
+// metadata the trie node predicts (record.FastOut) and is appended to the queue. Here the steps
+// Python took for that (building the key, the trie lookup, the tensor, two weak references, two
+// producer entries, the record) are C calls on the same Python objects, so the engine's slow
+// paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
+// what the Python path would have built:
 //
-//   key      (facts, (arg keys...)): a tensor made earlier in the segment ("r", distance, k),
-//            a float that is data FLOAT, a list of ints ("ints", values); every other argument
-//            and every kwarg through record._describe (Python), as before;
+//   key      (facts, (arg keys...)) as record.describe builds it: a tensor made earlier in the
+//            segment ("r", distance, k), a region input ("x", shape, stride, offset, dtype), a
+//            float that is data FLOAT, a top-level list of ints ("ints", values), other lists
+//            and tuples element by element, numbers (type, value), kwargs (name, key) sorted;
 //   record   QueuedOp(facts, templates, kwarg templates, key, [(tensor ref, storage ref)],
 //            node.metas, "t", node.where, node.plan), made like tuple.__new__ makes it;
 //   producer Produced(pos, 0, weakref, Ref) under id(tensor) and id(storage).
@@ -19,8 +20,7 @@
 // in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there. In eager mode an op goes to the device's execute (``Engine.launch`` first when ops are
 // still queued). ``configure`` hands over the objects; attribute names are interned once.
-#include <Python.h>
-#include <pybind11/pybind11.h>
+#include "python_objects.h"   // device/csrc: intern, hold, count_executed
 
 namespace py = pybind11;
 
@@ -29,8 +29,8 @@ namespace {
 
 struct State {
   PyObject* engine = nullptr;        // runtime.adaptive.Engine (one per process)
-  PyObject* lock = nullptr;          // engine.lock (an RLock; the same object for its life)
-  PyObject* acquire = nullptr;       // lock.acquire / lock.release, bound
+  PyObject* acquire = nullptr;       // engine.lock.acquire / .release, bound (an RLock, the
+                                     // same object for the engine's life)
   PyObject* release = nullptr;
   PyObject* plain = nullptr;         // adaptive._plain: {OpFacts: bool}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
@@ -62,10 +62,8 @@ State S;
 // interned names
 PyObject *s_node, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas, *s_where,
     *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name, *s_value,
-    *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_one, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
+    *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
     *s_storage_offset, *s_x;
-
-PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
 // a tuple-subclass instance (a NamedTuple) from n new references, as tuple.__new__ makes it
 PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
@@ -322,6 +320,20 @@ PyObject* set_attr_none(PyObject* o, PyObject* name) {
   return PyObject_SetAttr(o, name, Py_None) < 0 ? nullptr : o;
 }
 
+// Past 90% of the capacity (Engine._admit_pending set _pressure): run what is queued right
+// after handing this op's output out. False with an exception set.
+bool flush_under_pressure() {
+  PyObject* pressure = PyObject_GetAttr(S.engine, s_pressure);
+  if (pressure == nullptr) return false;
+  int p = PyObject_IsTrue(pressure);
+  Py_DECREF(pressure);
+  if (p <= 0) return p == 0;
+  if (PyObject_SetAttr(S.engine, s_pressure, Py_False) < 0) return false;
+  PyObject* r = PyObject_CallOneArg(S.flush, s_memory);
+  Py_XDECREF(r);
+  return r != nullptr;
+}
+
 // Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
 PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* fast,
                     PyObject* records, PyObject* producers, Py_ssize_t pos) {
@@ -417,17 +429,10 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     Py_XDECREF(plan);
   }
   ok = ok && PyObject_SetAttr(S.engine, s_node, nxt) == 0;
-  if (ok) {   // tracking.executed[f.name] += 1: executed_ops() counts every op the user ran
+  if (ok) {
     PyObject* name = PyObject_GetAttr(f, s_name);
-    ok = name != nullptr;
-    if (ok) {
-      PyObject* c = PyDict_GetItemWithError(S.executed, name);
-      PyObject* c2 = c ? PyNumber_Add(c, s_one) : PyErr_Occurred() ? nullptr
-                                                                               : PyLong_FromLong(1);
-      ok = c2 && PyDict_SetItem(S.executed, name, c2) == 0;
-      Py_XDECREF(c2);
-      Py_DECREF(name);
-    }
+    ok = name != nullptr && count_executed(S.executed, name);
+    Py_XDECREF(name);
   }
   Py_XDECREF(tr);
   Py_XDECREF(sr);
@@ -437,28 +442,9 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
   Py_XDECREF(pair);
   Py_XDECREF(outs);
   Py_DECREF(st);
-  if (!ok) {
+  if (!ok || !flush_under_pressure()) {
     Py_DECREF(t);
     return nullptr;
-  }
-  PyObject* pressure = PyObject_GetAttr(S.engine, s_pressure);
-  if (pressure == nullptr) {
-    Py_DECREF(t);
-    return nullptr;
-  }
-  int p = PyObject_IsTrue(pressure);
-  Py_DECREF(pressure);
-  if (p) {   // past 90% of the capacity: run what is queued right after handing this out
-    if (PyObject_SetAttr(S.engine, s_pressure, Py_False) < 0) {
-      Py_DECREF(t);
-      return nullptr;
-    }
-    PyObject* r = PyObject_CallOneArg(S.flush, s_memory);
-    if (r == nullptr) {
-      Py_DECREF(t);
-      return nullptr;
-    }
-    Py_DECREF(r);
   }
   return t;
 }
@@ -493,6 +479,7 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
         if (described == nullptr) {
           if (!PyErr_ExceptionMatches(S.not_queueable)) goto done;
           PyErr_Clear();
+          ++S.slow;
           result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
           goto done;
         }
@@ -594,37 +581,31 @@ PyMethodDef launch_def = {"launch", reinterpret_cast<PyCFunction>(reinterpret_ca
                           METH_FASTCALL,
                           "launch(facts, args, kwargs): Engine.launch with its hot path in C"};
 
-void set(PyObject*& slot, py::handle v) {
-  Py_XINCREF(v.ptr());
-  Py_XSETREF(slot, v.ptr());
-}
-
 void configure(py::dict o) {
-  set(S.engine, o["engine"]);
-  set(S.lock, o["lock"]);
-  set(S.acquire, o["lock"].attr("acquire"));
-  set(S.release, o["lock"].attr("release"));
-  set(S.plain, o["plain"]);
-  set(S.host_only, o["host_only"]);
-  set(reinterpret_cast<PyObject*&>(S.dtype_type), o["dtype_type"]);
-  set(reinterpret_cast<PyObject*&>(S.memory_format_type), o["memory_format_type"]);
-  set(reinterpret_cast<PyObject*&>(S.layout_type), o["layout_type"]);
-  set(reinterpret_cast<PyObject*&>(S.device_type), o["device_type"]);
-  set(S.not_queueable, o["not_queueable"]);
-  set(S.float_key, o["float_key"]);
-  set(reinterpret_cast<PyObject*&>(S.produced), o["produced"]);
-  set(reinterpret_cast<PyObject*&>(S.queued), o["queued"]);
-  set(S.executed, o["executed"]);
-  set(S.mode, o["mode"]);
-  set(S.unset, o["unset"]);
-  set(S.create, o["create"]);
-  set(S.pending, o["pending"]);
-  set(reinterpret_cast<PyObject*&>(S.tensor), o["tensor"]);
-  set(S.execute, o["execute"]);
-  set(S.py_launch, o["engine"].attr("launch"));
-  set(S.py_adaptive, o["engine"].attr("_adaptive"));
-  set(S.admit, o["engine"].attr("_admit_pending"));
-  set(S.flush, o["engine"].attr("flush"));
+  hold(S.engine, o["engine"]);
+  hold(S.acquire, o["lock"].attr("acquire"));
+  hold(S.release, o["lock"].attr("release"));
+  hold(S.plain, o["plain"]);
+  hold(S.host_only, o["host_only"]);
+  hold(S.dtype_type, o["dtype_type"]);
+  hold(S.memory_format_type, o["memory_format_type"]);
+  hold(S.layout_type, o["layout_type"]);
+  hold(S.device_type, o["device_type"]);
+  hold(S.not_queueable, o["not_queueable"]);
+  hold(S.float_key, o["float_key"]);
+  hold(S.produced, o["produced"]);
+  hold(S.queued, o["queued"]);
+  hold(S.executed, o["executed"]);
+  hold(S.mode, o["mode"]);
+  hold(S.unset, o["unset"]);
+  hold(S.create, o["create"]);
+  hold(S.pending, o["pending"]);
+  hold(S.tensor, o["tensor"]);
+  hold(S.execute, o["execute"]);
+  hold(S.py_launch, o["engine"].attr("launch"));
+  hold(S.py_adaptive, o["engine"].attr("_adaptive"));
+  hold(S.admit, o["engine"].attr("_admit_pending"));
+  hold(S.flush, o["engine"].attr("flush"));
   if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
     throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
   if (!PyDict_Check(S.plain) || !PyDict_Check(S.executed))
@@ -657,7 +638,6 @@ void init_deferral(py::module_& m) {
   s_ints = intern("ints");
   s_t = intern("t");
   s_memory = intern("memory");
-  s_one = PyLong_FromLong(1);
   s_is_cpu = intern("is_cpu");
   s_dtype = intern("dtype");
   s_shape = intern("shape");

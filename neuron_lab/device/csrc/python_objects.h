@@ -1,0 +1,34 @@
+// CPython helpers shared by the native extensions' C callables (device/csrc/kernel.cpp,
+// runtime/csrc/deferral.cpp): interned names, the objects Python configures them with, and
+// the one counter every op increments.
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+namespace neuron_lab {
+
+inline PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
+
+// Keep ``v`` in ``slot`` (a strong reference: configured objects live as long as the process).
+template <class T>
+void hold(T*& slot, pybind11::handle v) {
+  Py_XINCREF(v.ptr());
+  PyObject* old = reinterpret_cast<PyObject*>(slot);
+  slot = reinterpret_cast<T*>(v.ptr());
+  Py_XDECREF(old);
+}
+
+// tracking.executed[name] += 1 (a Counter: executed_ops() counts every op the user ran, however
+// it was launched); false with an exception set.
+inline bool count_executed(PyObject* executed, PyObject* name) {
+  PyObject* c = PyDict_GetItemWithError(executed, name);   // borrowed
+  if (c == nullptr && PyErr_Occurred()) return false;
+  static PyObject* one = PyLong_FromLong(1);
+  PyObject* c2 = c != nullptr ? PyNumber_Add(c, one) : Py_NewRef(one);
+  bool ok = c2 != nullptr && PyDict_SetItem(executed, name, c2) == 0;
+  Py_XDECREF(c2);
+  return ok;
+}
+
+}  // namespace neuron_lab
