@@ -48,7 +48,18 @@ class Knob(Generic[T]):
         self.minimum = minimum
         self._value: Any = _UNSET
         self._env_value: Any = _UNSET
+        self._watchers: list[Callable[[], None]] = []
         KNOBS[env] = self
+
+    def watch(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` after every change of this knob's value (set, reset, scoped, refresh):
+        for state kept outside Python that follows a knob (the native kernels'). ``fn`` must
+        not raise: a bad variable is reported where the knob is read, not in a watcher."""
+        self._watchers.append(fn)
+
+    def _changed(self) -> None:
+        for fn in self._watchers:
+            fn()
 
     def allowed(self) -> str:
         """The allowed values, in words (for error messages and docs)."""
@@ -97,21 +108,26 @@ class Knob(Generic[T]):
     def refresh(self) -> None:
         """Re-read the environment variable (it is read once, on first use, for speed)."""
         self._env_value = _UNSET
+        self._changed()
 
     def set(self, value: T) -> None:
         self._value = self._validate(value)
+        self._changed()
 
     def reset(self) -> None:
         """Forget any value set in-process (back to environment/default)."""
         self._value = _UNSET
+        self._changed()
 
     @contextlib.contextmanager
     def scoped(self, value: T) -> Iterator[T]:
         old, self._value = self._value, self._validate(value)
+        self._changed()
         try:
             yield value
         finally:
             self._value = old
+            self._changed()
 
     def __repr__(self) -> str:
         return f"Knob({self.env}={self.get()!r})"
@@ -147,5 +163,8 @@ EXECUTOR = Knob("NEURON_LAB_EXECUTOR", "cpu", str, choices=("cpu", "cuda"),
                 doc="host executor that holds the emulated device's data")
 HBM_GB = Knob("NEURON_LAB_HBM_GB", 0.0, float,
               doc="modelled HBM capacity in GiB (0 = default: min(96, half of host RAM))")
+DIRECT = Knob("NEURON_LAB_DIRECT", True, _bool,
+              doc="run plain ops in eager mode in C++ without entering Python (csrc/direct.cpp; "
+                  "read at import); 0: every op through the Python kernel")
 DEBUG = Knob("NEURON_LAB_DEBUG", 0, int, doc="1: one line per region cache hit/miss/compile on stderr")
 boolean = _bool

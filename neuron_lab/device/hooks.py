@@ -50,8 +50,8 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
     storage is resized in place, so every host view follows; growth past the modelled HBM
     raises ``OutOfMemoryError`` before anything changes."""
     seam.flush("storage-resize")
-    h = getattr(st, "_h", 0)
-    if h is None or h == 0:
+    h = shell.host_storage(st, None)
+    if h is None:
         raise RuntimeError(
             f"neuron: UntypedStorage.resize_({nbytes}) on device neuron:0: this storage has no "
             "device data (it was not created by neuron_lab); make it with "

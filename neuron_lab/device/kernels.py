@@ -380,7 +380,7 @@ def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride
     """``aten::set_`` onto a *storage*: the host storage behind a neuron storage is ``_h``.
     Reached by ``torch.load(..., map_location='neuron')`` (``_rebuild_tensor``)."""
     src = getattr(source, "_untyped_storage", source)
-    hs = getattr(src, "_h", None)
+    hs = shell.host_storage(src, None)
     if src.device.type != _NEURON or hs is None:
         raise RuntimeError(f"neuron: set_ needs a storage on neuron:0, got one on {src.device}")
     if size is None:

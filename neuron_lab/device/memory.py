@@ -44,9 +44,18 @@ _capacity: int | None = None
 
 
 def use_native(ext) -> None:
-    """Count with the native extension's counter (before any neuron tensor exists)."""
+    """Count with the native extension's counter (before any neuron tensor exists). The native
+    direct kernel counts against the capacity too: it follows ``NEURON_LAB_HBM_GB``."""
     global _counter, _count, _allocated
     _counter, _count, _allocated = ext, ext.count_storage, ext.allocated_bytes
+
+    def follow() -> None:
+        try:
+            ext.set_direct_capacity(capacity())
+        except config.ConfigError:    # a bad NEURON_LAB_HBM_GB: raised where it is read
+            ext.set_direct_capacity(0)
+    follow()
+    config.HBM_GB.watch(follow)
 
 
 def _host_ram() -> int:

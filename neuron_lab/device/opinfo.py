@@ -44,7 +44,7 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw", "target", "dropout_at", "per_call", "plain")
+                 "written_kw", "target", "dropout_at", "per_call", "plain", "direct")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -97,6 +97,10 @@ class OpFacts:
         # the eager path's short cut (kernels.execute): no per-call checks, no admission
         # before the host allocates, one new tensor
         self.plain = not self.per_call and self.sizer is None and self.fresh and not self.zero_tensor
+        # ... that writes no argument and runs the op itself on the host: in eager mode the
+        # native direct kernel runs it without entering Python (csrc/direct.cpp), and may run
+        # it again on the Python path when the host op raises
+        self.direct = (self.plain and gap is None and not self.mutates and not self.written_kw)
 
     @staticmethod
     def _alias_of(ret, args, pos):

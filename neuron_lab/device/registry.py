@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from . import autocast, hooks, kernels, module, patches, seam, serialization, streams, tracking
+from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches, seam,
+               serialization, streams, tracking)
 from .opinfo import facts
 
 _registered = False
@@ -91,7 +92,11 @@ SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.cop
            "_pad_packed_sequence": kernels.pad_packed_sequence}
 
 
-def _register_kernels() -> int:
+def _register_kernels(direct=None) -> int:
+    """Our kernel for every aten op it should own. With ``direct`` (the native extension), an
+    ``OpFacts.direct`` op gets the direct kernel under PrivateUse1 (``csrc/direct.cpp``), which
+    redispatches everything it does not run itself to the Python kernel, registered for that op
+    under PrivateUse2 (a key no tensor carries)."""
     lib = torch.library.Library("aten", "IMPL")
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     n = 0
@@ -110,8 +115,13 @@ def _register_kernels() -> int:
         if base in NATIVE:
             continue
         try:
-            impl = SPECIAL.get(base) or _kernel(_overload(qualname))
-            lib.impl(short, impl, "PrivateUse1")
+            op = _overload(qualname)
+            special = SPECIAL.get(base)
+            if direct is not None and special is None and facts(op).direct:
+                lib.impl(short, _kernel(op), "PrivateUse2")
+                direct.register_direct(short, facts(op).name)
+            else:
+                lib.impl(short, special or _kernel(op), "PrivateUse1")
             n += 1
         except (AttributeError, RuntimeError):
             continue
@@ -205,7 +215,7 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
     if hooks.install():       # pinned memory and generators need the C++ hooks
-        from . import executor, memory, native, shell
+        from . import memory, native, shell
         ext = _native = native.load()
         shell.use_native(ext)               # storages get their host buffer's address
         if executor.host_device().type == "cpu":
@@ -215,7 +225,14 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     streams.install()       # the C++ guard: streams and events (after the Python one)
-    _register_kernels()
+    direct = None
+    if _native is not None and config.DIRECT.get() and executor.host_device().type == "cpu":
+        direct = _native           # plain eager ops in C++ (counted by the native counter)
+        direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str),
+                                torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage())
+        tracking.count_direct(direct.direct_counts)
+        seam.connect(direct.set_direct)
+    _register_kernels(direct)
     _register_sdpa()
     _register_shallow_copy()
     autocast.register()

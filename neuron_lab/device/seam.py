@@ -14,6 +14,11 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
 
 The four are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
+
+One switch goes the other way: ``run_directly(on)``. While it is on, the device runs plain ops
+(``OpFacts.direct``) at once in C++, without calling ``launch`` or entering Python
+(``csrc/direct.cpp``). It is on without a runtime; a runtime turns it on when it would only run
+each op at once anyway (eager mode, nothing queued) and off before it queues again.
 """
 from __future__ import annotations
 
@@ -44,13 +49,33 @@ launch = None                  # None: every op runs at once (kernels.execute)
 flush = _no_flush
 materialize = _no_materialize
 pending_bytes = _no_pending
+direct = True                  # may plain ops run at once without calling launch?
+_switch = None                 # the native kernels' switch (registry connects it)
 
 
 def install(runtime: Runtime | None) -> None:
-    """Route the device's four calls to ``runtime`` (None: back to running ops at once)."""
+    """Route the device's four calls to ``runtime`` (None: back to running ops at once).
+    Installing a runtime turns ``direct`` off until the runtime turns it on."""
     global launch, flush, materialize, pending_bytes
     if runtime is None:
         launch, flush, materialize, pending_bytes = None, _no_flush, _no_materialize, _no_pending
     else:
         launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize
         pending_bytes = runtime.pending_bytes
+    run_directly(runtime is None)
+
+
+def run_directly(on: bool) -> None:
+    """Let the device run plain ops at once, without calling ``launch`` (on), or send every op
+    to ``launch`` (off; the default while a runtime is installed)."""
+    global direct
+    direct = bool(on)
+    if _switch is not None:
+        _switch(direct)
+
+
+def connect(switch) -> None:
+    """``switch(on)`` follows ``direct`` from now on (the native direct kernel's)."""
+    global _switch
+    _switch = switch
+    switch(direct)

@@ -18,6 +18,10 @@ storage whose value the adaptive runtime has not produced yet (a pending output)
 The conjugate and negative bits (``x.conj()``, ``_neg_view``) live on the TensorImpl, not in the
 bytes: ``wrap`` copies them from the host tensor, ``_recover`` back onto a rebuilt host view.
 
+Tensors made by the direct eager kernel (``csrc/direct.cpp``: plain ops in eager mode run
+without entering Python) carry no attributes: their storage is bound to its host storage in
+C++, and ``host_storage`` finds it there the first time Python asks (then ``_h`` caches it).
+
 A shell storage has the host storage's address and size (``bind``, ``csrc/storage.cpp``): its
 ``data_ptr()`` is the host buffer's address, non-zero, unique per buffer and stable, the same for
 every view of the buffer, as on any device, so libraries that tell shared from distinct storage
@@ -40,6 +44,8 @@ _empty = torch.empty
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
 _bind = None             # native bind_storage(device_storage, host_storage), when built
+_bound = None            # native host_storage(device_storage): the host storage bound in C++
+_NOT_OURS = object()
 
 
 def bind(st, host_storage) -> None:
@@ -51,8 +57,22 @@ def bind(st, host_storage) -> None:
 
 
 def use_native(ext) -> None:
-    global _bind
-    _bind = ext.bind_storage
+    global _bind, _bound
+    _bind, _bound = ext.bind_storage, ext.host_storage
+
+
+def host_storage(st, missing=0):
+    """The host storage behind shell storage ``st``: ``None`` for a pending output, ``missing``
+    for a storage the device did not make. Cached in ``st._h``."""
+    try:
+        return st._h
+    except AttributeError:
+        pass
+    hs = _bound(st) if _bound is not None else None
+    if hs is None:
+        return missing
+    st._h = hs
+    return hs
 
 
 def native_bind():
@@ -107,7 +127,7 @@ def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     storage (c10d's registry of in-flight collectives that ``wait_tensor`` looks up, DDP's
     bucket views) see one storage. Falls back to ``wrap`` when ``h`` is not on ``base``'s bytes."""
     st = base.untyped_storage()
-    hs = getattr(st, "_h", None)
+    hs = host_storage(st, None)
     if hs is None or hs._cdata != h.untyped_storage()._cdata:
         return wrap(h)
     s = _create((0,), h.dtype)
@@ -138,7 +158,7 @@ def restride_meta(s: torch.Tensor, size, stride, offset: int) -> None:
     if tuple(s.shape) == tuple(size) and s.stride() == tuple(stride) and s.storage_offset() == offset:
         return
     old = s.untyped_storage()
-    hs = getattr(old, "_h", None)
+    hs = host_storage(old, None)
     span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if all(size) else 0
     nbytes = max((offset + span) * s.element_size(), hs.nbytes() if hs is not None else 0)
     _restride_into(s, size, stride, offset, nbytes, hs)
@@ -174,7 +194,7 @@ def is_pending(s: torch.Tensor) -> bool:
     try:
         return s._d is None
     except AttributeError:
-        return getattr(s.untyped_storage(), "_h", 0) is None
+        return getattr(s.untyped_storage(), "_h", 0) is None   # a pending storage has _h
 
 
 def host(s: torch.Tensor) -> torch.Tensor:
@@ -189,8 +209,8 @@ def host(s: torch.Tensor) -> torch.Tensor:
 
 
 def _recover(s: torch.Tensor):
-    hs = getattr(s.untyped_storage(), "_h", 0)
-    if hs == 0:
+    hs = host_storage(s.untyped_storage(), _NOT_OURS)
+    if hs is _NOT_OURS:
         raise RuntimeError(
             f"neuron: tensor of shape {tuple(s.shape)} on {s.device} has no device data "
             "(it was not created by neuron_lab); create neuron tensors with .to('neuron') or a "

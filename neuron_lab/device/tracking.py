@@ -30,7 +30,9 @@ _SKIP_FILES = ("contextlib.py", "functools.py")
 _AUTOGRAD_DIR = os.path.join(os.path.dirname(torch.__file__), "autograd") + os.sep
 
 _lock = threading.Lock()
-executed: Counter = Counter()  # op name -> count; mutated on the hot path without the lock
+# op name -> count; mutated on the hot path without the lock (the native direct kernel's runs
+# are counted in C++ and added here when read: executed_ops(), counters())
+executed: Counter = Counter()
 _fallbacks: dict[tuple[str, str], dict[str, Any]] = {}
 _syncs: Counter = Counter()
 _transfer = {"h2d_bytes": 0, "d2h_bytes": 0, "h2d_count": 0, "d2h_count": 0}
@@ -174,7 +176,23 @@ def collective_ops() -> dict[str, int]:
         return dict(_collective_ops)
 
 
+_direct_counts = None   # the native direct kernel's counts ({op: runs since last read}), if any
+
+
+def count_direct(counts) -> None:
+    """Add the runs of the native direct kernel (counted in C++) to ``executed`` when it is read."""
+    global _direct_counts
+    _direct_counts = counts
+
+
+def _drain() -> None:
+    if _direct_counts is not None:
+        for name, n in _direct_counts().items():
+            executed[name] += n
+
+
 def executed_ops() -> dict[str, int]:
+    _drain()
     return dict(executed)
 
 
@@ -195,6 +213,7 @@ def counters() -> dict[str, Any]:
     with _lock:
         fallbacks = sum(r["count"] for r in _fallbacks.values())
         coll = dict(_collective)
+    _drain()
     return {"ops": sum(executed.values()), "distinct_ops": len(executed),
             "fallbacks": fallbacks,
             "syncs": dict(_syncs), "sync_total": sum(_syncs.values()), **_transfer, **coll}
@@ -202,6 +221,7 @@ def counters() -> dict[str, Any]:
 
 def clear_op_tracking() -> None:
     with _lock:
+        _drain()
         executed.clear()
         _fallbacks.clear()
         _syncs.clear()

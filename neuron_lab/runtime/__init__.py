@@ -24,6 +24,7 @@ from . import knobs as _knobs
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_knobs.CACHE_DIR.get(), "inductor"))
 
 from ..device import seam
+from ..device.config import ConfigError
 from ..device.executor import synchronize as _executor_sync
 from . import fastpath, knobs, worker
 from .adaptive import Engine
@@ -34,6 +35,22 @@ engine = Engine()
 
 # the device's one call-out (launch, flush, materialize, pending_bytes); launch's hot path in C
 seam.install(fastpath.seam_runtime(engine))
+
+
+def _follow_mode() -> None:
+    """In eager mode with nothing queued the device runs plain ops itself (``seam.direct``:
+    in C++, without calling the engine); adaptive mode sends every op to the engine. An eager
+    op that finds ops still queued (the mode set without ``set_mode``'s flush) reaches
+    ``Engine.launch``, which flushes them and turns the switch on."""
+    try:
+        eager = knobs.MODE.get() == "eager"
+    except ConfigError:         # a bad NEURON_LAB_MODE: raised where the mode is read
+        eager = False
+    seam.run_directly(eager and not engine.records)
+
+
+knobs.MODE.watch(_follow_mode)
+_follow_mode()
 atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before it exits
 
 

@@ -35,7 +35,7 @@ import weakref
 
 import torch
 
-from ..device import events, kernels, memory, shell, tracking
+from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
 from . import knobs, pending, policy, replay
@@ -102,6 +102,7 @@ class Engine:
         if knobs.MODE.get() != "adaptive":
             if self.records:
                 self.flush("mode")
+                seam.run_directly(True)     # nothing queued: the device may run ops itself
             return _execute(f, args, kwargs)
         with self.lock:
             node = self.node

@@ -22,6 +22,8 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Storage.h>
 
+#include "storages.h"
+
 #include <mutex>
 #include <tuple>
 
@@ -73,41 +75,7 @@ c10::StorageImpl* unpack(py::handle storage) {
   return THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
 }
 
-// Make the bytes counted for `storage` match its size. Returns the bytes added (0 if nothing
-// changed; negative if it shrank in place), or -1 if that would pass `capacity` (>= 0): then
-// nothing changes.
-int64_t count(py::handle storage, int64_t capacity) {
-  c10::StorageImpl* s = unpack(storage);
-  const int64_t n = static_cast<int64_t>(s->nbytes());
-  const c10::DataPtr& dp = s->data_ptr();
-  if (dp.get_deleter() == &uncount) {
-    auto* c = static_cast<Counted*>(dp.get_context());
-    const int64_t grow = n - c->nbytes;
-    if (grow == 0) return 0;
-    std::lock_guard<std::mutex> g(mu);
-    if (grow > 0 && capacity >= 0 && tot.allocated + grow > capacity) return -1;
-    c->nbytes = n;
-    tot.allocated += grow;
-    (grow > 0 ? tot.bytes_alloc : tot.bytes_freed) += grow > 0 ? grow : -grow;
-    raise_peaks(tot.allocated);
-    return grow;
-  }
-  {
-    std::lock_guard<std::mutex> g(mu);
-    if (capacity >= 0 && tot.allocated + n > capacity) return -1;
-  }
-  void* addr = s->mutable_data_ptr().get();   // materializes a copy-on-write storage first
-  const c10::Device dev = s->data_ptr().device();
-  auto* c = new Counted{c10::DataPtr(), n};
-  c->inner = s->set_data_ptr(c10::DataPtr(addr, c, &uncount, dev));
-  std::lock_guard<std::mutex> g(mu);
-  tot.allocated += n;
-  tot.n_alloc += 1;
-  tot.bytes_alloc += n;
-  tot.live += 1;
-  raise_peaks(tot.allocated);
-  return n;
-}
+int64_t count(py::handle storage, int64_t capacity) { return count_storage(unpack(storage), capacity); }
 
 int64_t counted_bytes(py::handle storage) {
   const c10::DataPtr& dp = unpack(storage)->data_ptr();
@@ -148,6 +116,41 @@ void reset_accumulated() {
 }
 
 }  // namespace
+
+// Make the bytes counted for `s` match its size. Returns the bytes added (0 if nothing changed;
+// negative if it shrank in place), or -1 if that would pass `capacity` (>= 0): then nothing
+// changes.
+int64_t count_storage(c10::StorageImpl* s, int64_t capacity) {
+  const int64_t n = static_cast<int64_t>(s->nbytes());
+  const c10::DataPtr& dp = s->data_ptr();
+  if (dp.get_deleter() == &uncount) {
+    auto* c = static_cast<Counted*>(dp.get_context());
+    const int64_t grow = n - c->nbytes;
+    if (grow == 0) return 0;
+    std::lock_guard<std::mutex> g(mu);
+    if (grow > 0 && capacity >= 0 && tot.allocated + grow > capacity) return -1;
+    c->nbytes = n;
+    tot.allocated += grow;
+    (grow > 0 ? tot.bytes_alloc : tot.bytes_freed) += grow > 0 ? grow : -grow;
+    raise_peaks(tot.allocated);
+    return grow;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (capacity >= 0 && tot.allocated + n > capacity) return -1;
+  }
+  void* addr = s->mutable_data_ptr().get();   // materializes a copy-on-write storage first
+  const c10::Device dev = s->data_ptr().device();
+  auto* c = new Counted{c10::DataPtr(), n};
+  c->inner = s->set_data_ptr(c10::DataPtr(addr, c, &uncount, dev));
+  std::lock_guard<std::mutex> g(mu);
+  tot.allocated += n;
+  tot.n_alloc += 1;
+  tot.bytes_alloc += n;
+  tot.live += 1;
+  raise_peaks(tot.allocated);
+  return n;
+}
 
 void init_accounting(py::module_& m) {
   m.def("count_storage", &count, py::arg("storage"), py::arg("capacity"),

@@ -1,0 +1,221 @@
+// The eager path without Python: a C++ PrivateUse1 kernel for the ops whose eager call is
+// plain (``OpFacts.plain``: no per-call checks, one new tensor, no argument written).
+//
+// Every other path to a neuron op goes through the dispatcher's Python kernel holder (the
+// arguments become Python objects, the GIL is taken, registry's generic kernel runs, the result
+// comes back as an IValue); for a small op that is most of its cost. Here, when the device may
+// run ops at once (no runtime, or the runtime in eager mode with nothing queued: ``seam``'s
+// ``run_directly``), the op runs without the GIL: each neuron argument's host tensor is built
+// from the host storage its storage is bound to (storage.cpp), the op runs on the host, its
+// output is counted (accounting.cpp; over the capacity -> the Python path, which raises the
+// device's OutOfMemoryError) and wrapped in a new neuron tensor bound to the output's storage:
+// what kernels.execute's short path does, with the same results.
+//
+// Anything else goes to the Python kernel, registered for the same op under PrivateUse2 (a
+// dispatch key no tensor here carries) and reached by redispatching there: a pending or unbound
+// argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
+// Python), a CPU tensor that is not a 0-dim scalar (the device-mismatch error), a list that is
+// not a plain list of tensors, and any error the host op raises (the op wrote nothing, so the
+// Python path runs it again and raises the device's message).
+//
+// The tensors made here carry no Python attributes: shell.host finds their host view through
+// ``host_storage`` (storage.cpp) the first time Python needs it. Runs are counted per op and
+// added to tracking.executed when someone reads it (``direct_counts``).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/TensorImpl.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Storage.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "storages.h"
+
+namespace py = pybind11;
+
+namespace neuron_lab {
+namespace {
+
+constexpr auto kDevice = c10::DeviceType::PrivateUse1;
+
+std::atomic<bool> g_direct{false};        // seam.run_directly
+std::atomic<int64_t> g_capacity{-1};      // memory.capacity(), kept current by memory.py
+std::atomic<uint64_t> g_host_only{0};     // bit per ScalarType: dtypes.HOST_ONLY
+c10::Allocator* g_allocator = nullptr;    // a shell storage's allocator (create_empty_tensor's)
+
+bool host_only(c10::ScalarType t) {
+  auto i = static_cast<unsigned>(t);
+  return i < 64 && (g_host_only.load(std::memory_order_relaxed) >> i) & 1;
+}
+
+// The host tensor for argument `t`; false: take the Python path.
+bool host_tensor(const at::Tensor& t, at::Tensor* out) {
+  if (!t.defined()) {
+    *out = t;
+    return true;
+  }
+  const auto type = t.device().type();
+  if (type == c10::DeviceType::CPU) {   // a 0-dim CPU tensor is an input, as on CUDA
+    if (t.dim() != 0) return false;
+    *out = t;
+    return true;
+  }
+  if (type != kDevice || t.layout() != c10::kStrided || host_only(t.scalar_type())) return false;
+  c10::StorageImpl* hs = bound_host(*t.storage().unsafeGetStorageImpl());
+  if (hs == nullptr) return false;
+  auto h = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)),
+      c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  h.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) h._set_conj(true);
+  if (t.is_neg()) h._set_neg(true);
+  *out = std::move(h);
+  return true;
+}
+
+bool host_value(const c10::IValue& v, c10::IValue* out) {
+  if (v.isTensor()) {
+    at::Tensor h;
+    if (!host_tensor(v.toTensor(), &h)) return false;
+    *out = std::move(h);
+    return true;
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> hl;
+    hl.reserve(v.toTensorList().size());
+    for (const at::Tensor& t : v.toTensorList()) {
+      at::Tensor h;
+      if (!t.defined() || t.device().type() != kDevice || !host_tensor(t, &h)) return false;
+      hl.push_back(std::move(h));
+    }
+    *out = std::move(hl);
+    return true;
+  }
+  if (v.isList()) {   // Tensor?[] and the like: the Python path
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) return false;
+  }
+  *out = v;
+  return true;
+}
+
+// A new neuron tensor over host tensor `h`'s storage (shell.wrap).
+at::Tensor wrap(const at::Tensor& h) {
+  c10::StorageImpl* hs = h.storage().unsafeGetStorageImpl();
+  auto st = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), hs->nbytes(),
+      bound_data_ptr(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)), g_allocator,
+      /*resizable=*/true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(st)), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), h.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
+  if (h.is_conj()) t._set_conj(true);
+  if (h.is_neg()) t._set_neg(true);
+  return t;
+}
+
+struct Direct final : c10::OperatorKernel {
+  explicit Direct(std::string n) : name(std::move(n)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    if (g_direct.load(std::memory_order_acquire) && run(op, stack)) {
+      runs.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
+  }
+
+  // The op on the host, its result on the stack; false (the stack untouched): the Python path.
+  bool run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    torch::jit::Stack host;
+    host.reserve(n);
+    for (const c10::IValue& v : torch::jit::last(*stack, n)) {
+      host.emplace_back();
+      if (!host_value(v, &host.back())) return false;
+    }
+    try {
+      op.callBoxed(host);
+    } catch (const std::exception&) {
+      return false;   // the Python path runs it again and raises the device's error
+    }
+    if (host.size() != 1 || !host[0].isTensor()) return false;
+    const at::Tensor& out = host[0].toTensor();
+    if (!out.defined() || !out.device().is_cpu() || out.layout() != c10::kStrided) return false;
+    if (count_storage(out.storage().unsafeGetStorageImpl(),
+                      g_capacity.load(std::memory_order_relaxed)) == -1)
+      return false;   // past the capacity: the Python path raises OutOfMemoryError
+    at::Tensor t = wrap(out);
+    torch::jit::drop(*stack, n);
+    stack->emplace_back(std::move(t));
+    return true;
+  }
+
+  const std::string name;
+  std::atomic<int64_t> runs{0};
+};
+
+std::mutex g_mu;
+std::vector<Direct*> g_kernels;          // owned by their registrations
+torch::Library* g_lib = nullptr;         // lives as long as the process
+
+void configure(py::list host_only_dtypes, py::handle shell_storage) {
+  uint64_t mask = 0;
+  for (py::handle d : host_only_dtypes) {
+    TORCH_CHECK(THPDtype_Check(d.ptr()), "neuron: configure_direct expects torch.dtype values");
+    auto i = static_cast<unsigned>(reinterpret_cast<THPDtype*>(d.ptr())->scalar_type);
+    if (i < 64) mask |= uint64_t{1} << i;
+  }
+  g_host_only.store(mask);
+  TORCH_CHECK(THPStorage_Check(shell_storage.ptr()), "neuron: configure_direct expects a storage");
+  g_allocator = THPStorage_Unpack(shell_storage.ptr()).unsafeGetStorageImpl()->allocator();
+}
+
+// Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
+// is its name in tracking.executed ("aten::add.Tensor").
+void register_op(const std::string& name, const std::string& counted_as) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (g_lib == nullptr)
+    g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                               __FILE__, __LINE__);
+  auto k = std::make_unique<Direct>(counted_as);
+  Direct* raw = k.get();
+  g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+  g_kernels.push_back(raw);
+}
+
+// {op name: runs since the last call} (runs are counted in C++ and read here)
+py::dict counts() {
+  py::dict out;
+  std::lock_guard<std::mutex> g(g_mu);
+  for (Direct* k : g_kernels) {
+    int64_t n = k->runs.exchange(0, std::memory_order_relaxed);
+    if (n) out[py::str(k->name)] = n;
+  }
+  return out;
+}
+
+}  // namespace
+
+void init_direct(py::module_& m) {
+  m.def("configure_direct", &configure, py::arg("host_only"), py::arg("shell_storage"),
+        "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
+        "and the allocator its storages carry");
+  m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
+        "Register the direct eager kernel for aten op `name` under PrivateUse1 (its Python "
+        "kernel must be registered under PrivateUse2)");
+  m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
+        py::arg("on"), "Let the direct kernel run ops (no runtime to call) or not");
+  m.def("direct_enabled", []() { return g_direct.load(); });
+  m.def("set_direct_capacity", [](int64_t c) { g_capacity.store(c); }, py::arg("capacity"),
+        "The modelled capacity the direct kernel counts against");
+  m.def("direct_counts", &counts, "{op name: direct runs since the last call}");
+}
+
+}  // namespace neuron_lab

@@ -1,0 +1,24 @@
+// What the C++ kernels share about storages (storage.cpp and accounting.cpp define them; the
+// direct eager kernel, direct.cpp, uses both).
+#pragma once
+
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+
+namespace neuron_lab {
+
+// A neuron storage's DataPtr for host storage `host`: the host buffer's address, on the neuron
+// device, holding a reference to `host` (storage.cpp, "bind").
+c10::DataPtr bound_data_ptr(c10::intrusive_ptr<c10::StorageImpl> host);
+
+// The host StorageImpl neuron storage `s` is bound to (borrowed), or nullptr: a pending output
+// (no value yet) or a storage the device did not make.
+c10::StorageImpl* bound_host(const c10::StorageImpl& s);
+
+// Count host storage `s` as device memory (accounting.cpp): the bytes added, or -1 if that
+// would pass `capacity` (>= 0; -1: no limit). Python's count_storage is this.
+int64_t count_storage(c10::StorageImpl* s, int64_t capacity);
+
+}  // namespace neuron_lab

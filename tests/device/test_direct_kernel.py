@@ -1,0 +1,192 @@
+"""The direct eager kernel (device/csrc/direct.cpp): plain ops in eager mode run in C++ without
+entering Python, with the Python kernel's results, errors, memory accounting and op counts; every
+other call reaches the Python kernel (registered under PrivateUse2)."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import neuron_lab
+from neuron_lab.device import config, registry, seam, shell
+from neuron_lab.runtime import knobs
+
+pytestmark = pytest.mark.skipif(registry._native is None or not config.DIRECT.get(),
+                                reason="native extension not built, or NEURON_LAB_DIRECT=0")
+
+ext = registry._native
+
+
+@pytest.fixture(autouse=True)
+def eager():
+    neuron_lab.clear_op_tracking()
+    with neuron_lab.mode("eager"):
+        yield
+
+
+def direct_runs(fn):
+    """(fn's result, {op: runs on the direct path while fn ran})."""
+    ext.direct_counts()
+    out = fn()
+    return out, ext.direct_counts()
+
+
+def test_eager_mode_turns_the_direct_kernel_on_and_adaptive_mode_off():
+    assert seam.direct and ext.direct_enabled()
+    with neuron_lab.mode("adaptive"):
+        assert not seam.direct and not ext.direct_enabled()
+    assert ext.direct_enabled()
+
+
+def test_plain_ops_run_on_the_direct_path_and_are_counted():
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    a, b = x.to("neuron"), y.to("neuron")
+    out, runs = direct_runs(lambda: torch.tanh(a * b + a).sum(0))
+    assert torch.equal(out.cpu(), torch.tanh(x * y + x).sum(0))
+    assert runs == {"aten::mul.Tensor": 1, "aten::add.Tensor": 1, "aten::tanh": 1,
+                    "aten::sum.dim_IntList": 1}
+    neuron_lab.clear_op_tracking()
+    torch.relu(a)
+    assert neuron_lab.executed_ops() == {"aten::relu": 1}     # C++ counts reach executed_ops
+
+
+CASES = [
+    ("strided input", lambda t: t.t() * 2.0),                  # output keeps the input's layout
+    ("offset input", lambda t: t[1:, 2:] + 1.0),
+    ("negative view", lambda t: t._neg_view() * 1.0),          # the neg bit reaches the host view
+    ("CPU scalar tensor", lambda t: t * torch.tensor(3.0)),
+    ("list of tensors", lambda t: torch.cat([t, t * 2.0], 1)),
+    ("kwarg", lambda t: torch.add(t, t, alpha=3)),
+    ("int result", lambda t: (t > 0).sum()),
+    ("bf16", lambda t: t.bfloat16().exp()),
+    ("reduction with dims", lambda t: t.mean(dim=(0,), keepdim=True)),
+    ("matmul", lambda t: t @ t.t()),
+]
+
+
+@pytest.mark.parametrize("fn", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_results_equal_cpu_bitwise_with_the_same_layout(fn):
+    x = torch.randn(6, 6)
+    got, want = fn(x.to("neuron")), fn(x)
+    assert got.device.type == "neuron"
+    assert (got.shape, got.stride(), got.storage_offset(), got.dtype) == \
+        (want.shape, want.stride(), want.storage_offset(), want.dtype)
+    assert torch.equal(got.cpu(), want)
+
+
+def test_a_direct_output_is_a_full_device_tensor_for_python():
+    x = torch.randn(4, 4)
+    c = x.to("neuron") * 2.0                                   # made in C++: no Python attributes
+    assert "_d" not in c.__dict__
+    st = c.untyped_storage()
+    assert st.data_ptr() != 0 and st.nbytes() == 64
+    assert shell.host_storage(st).data_ptr() == st.data_ptr()
+    v = c.view(16)                                             # a view shares the storage
+    assert v.untyped_storage().data_ptr() == st.data_ptr()
+    c.add_(1.0)                                                # in place: the Python path
+    assert torch.equal(v.cpu(), (x * 2.0 + 1.0).view(16))
+    c.t_()                                                     # metadata in place
+    assert torch.equal(c.cpu(), (x * 2.0 + 1.0).t())
+    assert c.tolist() == (x * 2.0 + 1.0).t().tolist()
+
+
+def test_memory_is_counted_and_freed():
+    n = torch.randn(1024).to("neuron")
+    base = torch.neuron.memory_allocated()
+    y, runs = direct_runs(lambda: n * 2.0)
+    assert runs == {"aten::mul.Tensor": 1}
+    assert torch.neuron.memory_allocated() == base + 4096
+    del y
+    assert torch.neuron.memory_allocated() == base
+
+
+def test_past_the_capacity_the_python_path_raises_and_nothing_is_counted():
+    n = torch.randn(1 << 20).to("neuron")                       # 4 MiB
+    base = torch.neuron.memory_allocated()
+    with config.HBM_GB.scoped((base + (6 << 20)) / (1 << 30)):  # room for one more copy only
+        y = n * 2.0
+        with pytest.raises(torch.OutOfMemoryError, match="neuron: out of memory .* aten::mul"):
+            n * 3.0
+        assert torch.neuron.memory_allocated() == base + (4 << 20)
+        del y
+    z = n * 3.0                                                 # the capacity follows the knob
+    assert torch.equal(z.cpu(), n.cpu() * 3.0)
+
+
+def test_errors_are_the_devices_errors():
+    a = torch.randn(2, 3).to("neuron")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        a @ torch.randn(4, 5).to("neuron")
+    with pytest.raises(RuntimeError, match="found at least two devices, neuron:0 and cpu"):
+        a + torch.randn(2, 3)                                   # a CPU tensor that is not 0-dim
+
+
+def test_host_only_dtypes_keep_the_fallback_rules():
+    d = torch.randn(3, dtype=torch.float64).to("neuron")
+    neuron_lab.clear_op_tracking()
+    y, runs = direct_runs(lambda: d * 2.0)
+    assert runs == {} and y.dtype == torch.float64
+    assert any(r["op"] == "aten::mul.Tensor" for r in neuron_lab.fallback_ops())
+
+
+def test_ops_queued_before_a_bare_mode_switch_run_first():
+    with neuron_lab.mode("adaptive"):
+        x = torch.ones(4).to("neuron")
+        y = x + 1.0                                             # queued (pending)
+        with knobs.MODE.scoped("eager"):                        # no flush: y still pending
+            assert not ext.direct_enabled()
+            z = y * 2.0                                         # the engine flushes, then runs it
+            assert ext.direct_enabled()
+            assert torch.equal(z.cpu(), torch.full((4,), 4.0))
+
+
+def test_autograd_on_the_device_thread_matches_cpu():
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    dev = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x = torch.randn(5, 8)
+    ext.direct_counts()
+    cpu(x).pow(2).mean().backward()
+    dev(x.to("neuron")).pow(2).mean().backward()
+    assert ext.direct_counts()                                  # the backward ran direct ops too
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        assert torch.equal(p.grad, q.grad.cpu())
+
+
+def test_threads_running_direct_ops_at_once_get_their_own_results():
+    xs = [torch.randn(64, 64) for _ in range(4)]
+    want = [torch.tanh(x @ x + x) for x in xs]
+    got, errors = [None] * 4, []
+
+    def work(i):
+        try:
+            n = xs[i].to("neuron")
+            for _ in range(200):
+                r = torch.tanh(n @ n + n)
+            got[i] = r.cpu()
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_the_knob_turns_the_direct_kernel_off():
+    code = ("import torch, neuron_lab; from neuron_lab.device import registry, seam\n"
+            "neuron_lab.set_mode('eager')\n"
+            "x = torch.randn(3).to('neuron')\n"
+            "assert torch.equal((x * 2).cpu(), x.cpu() * 2)\n"
+            "assert not registry._native.direct_counts()\n"
+            "print('ok')\n")
+    env = {**os.environ, "NEURON_LAB_DIRECT": "0"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
