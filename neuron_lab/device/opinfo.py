@@ -97,10 +97,32 @@ class OpFacts:
         # the eager path's short cut (kernels.execute): no per-call checks, no admission
         # before the host allocates, one new tensor
         self.plain = not self.per_call and self.sizer is None and self.fresh and not self.zero_tensor
-        # ... that writes no argument and runs the op itself on the host: in eager mode the
-        # native direct kernel runs it without entering Python (csrc/direct.cpp), and may run
-        # it again on the Python path when the host op raises
-        self.direct = (self.plain and gap is None and not self.mutates and not self.written_kw)
+        # what the native direct kernel runs in eager mode without entering Python
+        # (csrc/direct.cpp), or None: see ``_direct``
+        self.direct = self._direct(schema, gap)
+
+    def _direct(self, schema, gap) -> str | None:
+        """``"new"`` (a plain op that writes no argument), ``"view"`` (a view of argument
+        ``ret_alias[0][0]``: ``view``, ``t``, ``slice``...) or ``"in_place"`` (a pointwise op
+        writing its ``self``: ``add_``, ``mul_``...), for ops whose host op is the op itself
+        (no ``host_gaps`` substitute), with no per-call checks and no admission; else None.
+        A ``new`` or ``view`` op writes nothing, so the direct kernel may hand a call the host
+        op failed to the Python path, which runs it again and raises the device's error;
+        a pointwise in-place op checks its arguments before it writes."""
+        if (gap is not None or self.per_call or self.sizer is not None or self.zero_tensor
+                or self.has_device_kw or self.written_kw or self.n_returns != 1
+                or str(schema.returns[0].type) != "Tensor"):
+            return None
+        alias = self.ret_alias[0]
+        if self.plain and not self.mutates:
+            return "new"
+        if (alias is not None and type(alias[0]) is int and not alias[1] and not alias[2]
+                and not self.mutates and not self.restride):
+            return "view"
+        if (alias == (0, True, False) and self.mutates == (0,) and self.base.endswith("_")
+                and torch.Tag.pointwise in self.tags):
+            return "in_place"
+        return None
 
     @staticmethod
     def _alias_of(ret, args, pos):

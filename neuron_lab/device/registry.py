@@ -92,6 +92,9 @@ SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.cop
            "_pad_packed_sequence": kernels.pad_packed_sequence}
 
 
+_DIRECT_KINDS = {"new": 0, "view": 1, "in_place": 2}     # csrc/direct.cpp's Kind
+
+
 def _register_kernels(direct=None) -> int:
     """Our kernel for every aten op it should own. With ``direct`` (the native extension), an
     ``OpFacts.direct`` op gets the direct kernel under PrivateUse1 (``csrc/direct.cpp``), which
@@ -117,9 +120,11 @@ def _register_kernels(direct=None) -> int:
         try:
             op = _overload(qualname)
             special = SPECIAL.get(base)
-            if direct is not None and special is None and facts(op).direct:
+            f = facts(op)
+            if direct is not None and special is None and f.direct:
                 lib.impl(short, _kernel(op), "PrivateUse2")
-                direct.register_direct(short, facts(op).name)
+                direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
+                                       f.ret_alias[0][0] if f.ret_alias[0] else -1)
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")
             n += 1

@@ -76,6 +76,45 @@ def test_results_equal_cpu_bitwise_with_the_same_layout(fn):
     assert torch.equal(got.cpu(), want)
 
 
+def test_views_share_their_base_storage_and_in_place_ops_return_self():
+    x = torch.randn(4, 6)
+    n = x.to("neuron")
+
+    def work():
+        v = n.t()[1:, ::2].unsqueeze(0)                         # t, slice, unsqueeze
+        w = v.reshape(-1)                                       # not viewable: a copy
+        same = n.mul_(2.0)                                      # pointwise in place
+        return v, w, same
+    (v, w, same), runs = direct_runs(work)
+    assert {"aten::t", "aten::slice.Tensor", "aten::unsqueeze", "aten::mul_.Tensor"} <= set(runs)
+    assert same is n
+    assert v.untyped_storage().data_ptr() == n.untyped_storage().data_ptr()
+    assert torch._C._is_alias_of(v, n)                           # one StorageImpl, as on any device
+    want = (x * 2.0).t()[1:, ::2].unsqueeze(0)
+    assert (v.shape, v.stride(), v.storage_offset()) == (want.shape, want.stride(),
+                                                         want.storage_offset())
+    assert torch.equal(v.cpu(), want)                            # the view sees the write
+    assert torch.equal(w.cpu(), x.t()[1:, ::2].reshape(-1))     # copied before the write
+    assert n._version == 1                                       # autograd's counter moved
+
+
+def test_a_view_op_that_copies_takes_the_python_path():
+    x = torch.randn(3, 3)
+    r, runs = direct_runs(lambda: x.to("neuron").t().reshape(9))   # reshape of a transpose copies
+    assert torch.equal(r.cpu(), x.t().reshape(9))
+
+
+def test_in_place_errors_leave_self_unchanged():
+    x = torch.arange(6.0).view(2, 3)
+    n = x.to("neuron")
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        n.add_(torch.ones(4, 2, 3).to("neuron"))
+    i = torch.arange(6).to("neuron")
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        i.mul_(1.5 * torch.ones(6).to("neuron"))
+    assert torch.equal(n.cpu(), x) and torch.equal(i.cpu(), torch.arange(6))
+
+
 def test_a_direct_output_is_a_full_device_tensor_for_python():
     x = torch.randn(4, 4)
     c = x.to("neuron") * 2.0                                   # made in C++: no Python attributes

@@ -1,5 +1,7 @@
-// The eager path without Python: a C++ PrivateUse1 kernel for the ops whose eager call is
-// plain (``OpFacts.plain``: no per-call checks, one new tensor, no argument written).
+// The eager path without Python: a C++ PrivateUse1 kernel for the ops ``OpFacts.direct`` names:
+// plain ops that return one new tensor and write no argument, views (``view``, ``t``,
+// ``slice``: a new tensor on the base's storage, as shell.view_of), and pointwise ops that
+// write their self (``add_``: the self itself).
 //
 // Every other path to a neuron op goes through the dispatcher's Python kernel holder (the
 // arguments become Python objects, the GIL is taken, registry's generic kernel runs, the result
@@ -15,8 +17,9 @@
 // dispatch key no tensor here carries) and reached by redispatching there: a pending or unbound
 // argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
 // Python), a CPU tensor that is not a 0-dim scalar (the device-mismatch error), a list that is
-// not a plain list of tensors, and any error the host op raises (the op wrote nothing, so the
-// Python path runs it again and raises the device's message).
+// not a plain list of tensors, a view op whose host result is not on its base's bytes, and any
+// error the host op raises (it wrote nothing — a pointwise in-place op checks its arguments
+// before it writes — so the Python path runs it again and raises the device's message).
 //
 // The tensors made here carry no Python attributes: shell.host finds their host view through
 // ``host_storage`` (storage.cpp) the first time Python needs it. Runs are counted per op and
@@ -120,8 +123,22 @@ at::Tensor wrap(const at::Tensor& h) {
   return t;
 }
 
+// What the op returns (OpFacts.direct): a new tensor, a view of argument `arg`, or argument
+// `arg` itself, written in place.
+enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2 };
+
+// A neuron tensor over `base`'s storage with host view `h`'s metadata (shell.view_of).
+at::Tensor view_of(const at::Tensor& base, const at::Tensor& h) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(base.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), h.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
+  if (h.is_conj()) t._set_conj(true);
+  if (h.is_neg()) t._set_neg(true);
+  return t;
+}
+
 struct Direct final : c10::OperatorKernel {
-  explicit Direct(std::string n) : name(std::move(n)) {}
+  Direct(std::string n, Kind k, int a) : name(std::move(n)), kind(k), arg(a) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     if (g_direct.load(std::memory_order_acquire) && run(op, stack)) {
@@ -131,33 +148,59 @@ struct Direct final : c10::OperatorKernel {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
   }
 
-  // The op on the host, its result on the stack; false (the stack untouched): the Python path.
+  // The op on the host, its result on the stack; false (the stack untouched, nothing written):
+  // the Python path.
   bool run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
+    auto args = torch::jit::last(*stack, n);
+    const at::Tensor* base = nullptr;   // the argument a view or an in-place op returns
+    if (kind != Kind::kNew) {
+      if (arg < 0 || static_cast<size_t>(arg) >= n || !args[arg].isTensor()) return false;
+      base = &args[arg].toTensor();
+      if (!base->defined() || base->device().type() != kDevice) return false;
+    }
     torch::jit::Stack host;
     host.reserve(n);
-    for (const c10::IValue& v : torch::jit::last(*stack, n)) {
+    for (const c10::IValue& v : args) {
       host.emplace_back();
       if (!host_value(v, &host.back())) return false;
     }
     try {
       op.callBoxed(host);
     } catch (const std::exception&) {
-      return false;   // the Python path runs it again and raises the device's error
+      return false;   // nothing was written: the Python path runs it again and raises
     }
     if (host.size() != 1 || !host[0].isTensor()) return false;
     const at::Tensor& out = host[0].toTensor();
     if (!out.defined() || !out.device().is_cpu() || out.layout() != c10::kStrided) return false;
-    if (count_storage(out.storage().unsafeGetStorageImpl(),
-                      g_capacity.load(std::memory_order_relaxed)) == -1)
-      return false;   // past the capacity: the Python path raises OutOfMemoryError
-    at::Tensor t = wrap(out);
+    at::Tensor t;
+    if (kind == Kind::kNew) {
+      if (count_storage(out.storage().unsafeGetStorageImpl(),
+                        g_capacity.load(std::memory_order_relaxed)) == -1)
+        return false;   // past the capacity: the Python path raises OutOfMemoryError
+      t = wrap(out);
+    } else if (out.storage().unsafeGetStorageImpl() !=
+               bound_host(*base->storage().unsafeGetStorageImpl())) {
+      // not on the base's bytes: a view op that copied (Python's view_of wraps it); an
+      // in-place op never gets here (it writes its own self)
+      TORCH_CHECK(kind == Kind::kView, "neuron: ", name, " wrote a new storage in place");
+      return false;
+    } else if (kind == Kind::kView) {
+      t = view_of(*base, out);
+    } else {
+      TORCH_CHECK(out.sizes() == base->sizes() && out.strides() == base->strides() &&
+                      out.storage_offset() == base->storage_offset(),
+                  "neuron: ", name, " changed its self's shape in place on device neuron:0");
+      t = *base;
+    }
     torch::jit::drop(*stack, n);
     stack->emplace_back(std::move(t));
     return true;
   }
 
   const std::string name;
+  const Kind kind;
+  const int arg;
   std::atomic<int64_t> runs{0};
 };
 
@@ -178,13 +221,14 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
 }
 
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
-// is its name in tracking.executed ("aten::add.Tensor").
-void register_op(const std::string& name, const std::string& counted_as) {
+// is its name in tracking.executed ("aten::add.Tensor"); `kind` and `arg`: what it returns.
+void register_op(const std::string& name, const std::string& counted_as, int kind, int arg) {
+  TORCH_CHECK(kind >= 0 && kind <= 2, "neuron: register_direct: kind 0, 1 or 2");
   std::lock_guard<std::mutex> g(g_mu);
   if (g_lib == nullptr)
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                __FILE__, __LINE__);
-  auto k = std::make_unique<Direct>(counted_as);
+  auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg);
   Direct* raw = k.get();
   g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   g_kernels.push_back(raw);
@@ -208,8 +252,10 @@ void init_direct(py::module_& m) {
         "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
         "and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
+        py::arg("kind"), py::arg("arg"),
         "Register the direct eager kernel for aten op `name` under PrivateUse1 (its Python "
-        "kernel must be registered under PrivateUse2)");
+        "kernel must be registered under PrivateUse2); kind 0: it returns a new tensor, 1: a "
+        "view of argument `arg`, 2: argument `arg`, written in place");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
         py::arg("on"), "Let the direct kernel run ops (no runtime to call) or not");
   m.def("direct_enabled", []() { return g_direct.load(); });
