@@ -95,6 +95,13 @@ SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.cop
 _DIRECT_KINDS = {"new": 0, "view": 1, "in_place": 2}     # csrc/direct.cpp's Kind
 
 
+def _dtype_kwarg(op) -> int:
+    """The position of ``op``'s keyword-only ``dtype`` argument, or -1 (the Python path checks
+    a ``dtype=`` keyword against Trainium's dtypes: the direct kernel hands those calls to it)."""
+    return next((i for i, a in enumerate(op._schema.arguments)
+                 if a.kwarg_only and a.name == "dtype"), -1)
+
+
 def _register_kernels(direct=None) -> int:
     """Our kernel for every aten op it should own. With ``direct`` (the native extension), an
     ``OpFacts.direct`` op gets the direct kernel under PrivateUse1 (``csrc/direct.cpp``), which
@@ -124,7 +131,8 @@ def _register_kernels(direct=None) -> int:
             if direct is not None and special is None and f.direct:
                 lib.impl(short, _kernel(op), "PrivateUse2")
                 direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
-                                       f.ret_alias[0][0] if f.ret_alias[0] else -1)
+                                       f.ret_alias[0][0] if f.ret_alias[0] else -1,
+                                       _dtype_kwarg(op))
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")
             n += 1

@@ -168,6 +168,10 @@ def test_host_only_dtypes_keep_the_fallback_rules():
     y, runs = direct_runs(lambda: d * 2.0)
     assert runs == {} and y.dtype == torch.float64
     assert any(r["op"] == "aten::mul.Tensor" for r in neuron_lab.fallback_ops())
+    f = torch.randn(3).to("neuron")
+    s, runs = direct_runs(lambda: f.sum(0, dtype=torch.float64))      # a float64 output
+    assert runs == {} and s.dtype == torch.float64
+    assert any(r["op"] == "aten::sum.dim_IntList" for r in neuron_lab.fallback_ops())
 
 
 def test_ops_queued_before_a_bare_mode_switch_run_first():

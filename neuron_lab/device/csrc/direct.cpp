@@ -16,7 +16,7 @@
 // Anything else goes to the Python kernel, registered for the same op under PrivateUse2 (a
 // dispatch key no tensor here carries) and reached by redispatching there: a pending or unbound
 // argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
-// Python), a CPU tensor that is not a 0-dim scalar (the device-mismatch error), a list that is
+// Python; so is a keyword ``dtype=`` naming one), a CPU tensor that is not a 0-dim scalar (the device-mismatch error), a list that is
 // not a plain list of tensors, a view op whose host result is not on its base's bytes, and any
 // error the host op raises (it wrote nothing — a pointwise in-place op checks its arguments
 // before it writes — so the Python path runs it again and raises the device's message).
@@ -138,7 +138,7 @@ at::Tensor view_of(const at::Tensor& base, const at::Tensor& h) {
 }
 
 struct Direct final : c10::OperatorKernel {
-  Direct(std::string n, Kind k, int a) : name(std::move(n)), kind(k), arg(a) {}
+  Direct(std::string n, Kind k, int a, int d) : name(std::move(n)), kind(k), arg(a), dtype_arg(d) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     if (g_direct.load(std::memory_order_acquire) && run(op, stack)) {
@@ -153,6 +153,9 @@ struct Direct final : c10::OperatorKernel {
   bool run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     auto args = torch::jit::last(*stack, n);
+    if (dtype_arg >= 0 && static_cast<size_t>(dtype_arg) < n && args[dtype_arg].isInt() &&
+        host_only(static_cast<c10::ScalarType>(args[dtype_arg].toInt())))
+      return false;   // dtype=float64: a fallback the Python path records
     const at::Tensor* base = nullptr;   // the argument a view or an in-place op returns
     if (kind != Kind::kNew) {
       if (arg < 0 || static_cast<size_t>(arg) >= n || !args[arg].isTensor()) return false;
@@ -201,6 +204,7 @@ struct Direct final : c10::OperatorKernel {
   const std::string name;
   const Kind kind;
   const int arg;
+  const int dtype_arg;   // the keyword-only ``dtype`` argument's position, or -1
   std::atomic<int64_t> runs{0};
 };
 
@@ -222,13 +226,14 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
 
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
 // is its name in tracking.executed ("aten::add.Tensor"); `kind` and `arg`: what it returns.
-void register_op(const std::string& name, const std::string& counted_as, int kind, int arg) {
+void register_op(const std::string& name, const std::string& counted_as, int kind, int arg,
+                 int dtype_arg) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "neuron: register_direct: kind 0, 1 or 2");
   std::lock_guard<std::mutex> g(g_mu);
   if (g_lib == nullptr)
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                __FILE__, __LINE__);
-  auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg);
+  auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg, dtype_arg);
   Direct* raw = k.get();
   g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   g_kernels.push_back(raw);
@@ -252,10 +257,11 @@ void init_direct(py::module_& m) {
         "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
         "and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
-        py::arg("kind"), py::arg("arg"),
+        py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"),
         "Register the direct eager kernel for aten op `name` under PrivateUse1 (its Python "
         "kernel must be registered under PrivateUse2); kind 0: it returns a new tensor, 1: a "
-        "view of argument `arg`, 2: argument `arg`, written in place");
+        "view of argument `arg`, 2: argument `arg`, written in place; `dtype_arg`: the position "
+        "of its keyword-only dtype argument, or -1");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
         py::arg("on"), "Let the direct kernel run ops (no runtime to call) or not");
   m.def("direct_enabled", []() { return g_direct.load(); });
