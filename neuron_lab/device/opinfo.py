@@ -36,11 +36,6 @@ RANDOM = frozenset({"native_dropout", "rrelu_with_noise", "rrelu_with_noise_", "
                     "_standard_gamma", "_sample_dirichlet", "poisson", "binomial",
                     "_fused_rms_norm"}) - {"_fused_rms_norm"}
 # Not tagged pointwise, but a float argument of theirs is a fill value too.
-# Views the direct kernel leaves to the Python path: with ``expand`` on it, OpInfo's
-# linalg.pinv.singular backward differed from CPU in the last bit (2.4e-7 in 52 of 100 gradient
-# elements, every run), though no op's output differed from CPU's given the same inputs; not
-# understood yet (docs/performance.md, "The direct eager kernel").
-PYTHON_VIEWS = frozenset({"expand"})
 FLOAT_VALUE_OPS = frozenset({"fill", "fill_", "full", "full_like", "new_full", "where",
                              "masked_fill", "masked_fill_"})
 
@@ -122,7 +117,7 @@ class OpFacts:
         if self.plain and not self.mutates:
             return "new"
         if (alias is not None and type(alias[0]) is int and not alias[1] and not alias[2]
-                and not self.mutates and not self.restride and self.base not in PYTHON_VIEWS):
+                and not self.mutates and not self.restride):
             return "view"
         if (alias == (0, True, False) and self.mutates == (0,) and self.base.endswith("_")
                 and torch.Tag.pointwise in self.tags):

@@ -95,8 +95,11 @@ def wrap(h: torch.Tensor, hs=None) -> torch.Tensor:
     storage, if the caller has it."""
     if hs is None:
         hs = h.untyped_storage()
-    if h.is_contiguous() and h.storage_offset() == 0:
-        s = _create(h.shape, h.dtype)
+    s = _create(h.shape, h.dtype) if h.is_contiguous() and h.storage_offset() == 0 else None
+    # the strides exactly, size-1 dimensions' too: a contiguous (2, 50, 1) host tensor may have
+    # strides (50, 1, 50), and CPU's kernels choose their paths by them (a host view rebuilt
+    # from the shell, as the native direct kernel builds it, must be the same tensor)
+    if s is not None and s.stride() == h.stride():
         st = s.untyped_storage()
         st._h = hs                      # bind(st, hs), inline: wrap is on every op's path
         if _bind is not None:

@@ -98,6 +98,23 @@ def test_views_share_their_base_storage_and_in_place_ops_return_self():
     assert n._version == 1                                       # autograd's counter moved
 
 
+def test_size_one_dimensions_keep_cpus_strides():
+    """A contiguous (2, 50, 1) tensor may have strides (50, 1, 50); CPU's kernels choose their
+    paths by them (bmm's for linalg.pinv's backward), so a device tensor and the host view
+    rebuilt from it keep them exactly, through every path."""
+    h = torch.empty_strided((2, 50, 1), (50, 1, 50)).normal_()
+    n = h.to("neuron")
+    for got, want in ((n, h), (n * 1.0, h * 1.0), (n.expand(2, 50, 1), h.expand(2, 50, 1)),
+                      (n.clone(), h.clone())):
+        assert got.stride() == want.stride()
+    a, b = torch.randn(2, 50, 1), torch.randn(2, 50, 1)
+    x, y = a.to("neuron").requires_grad_(), b.to("neuron").requires_grad_()
+    ca, cb = a.clone().requires_grad_(), b.clone().requires_grad_()
+    torch.linalg.pinv(ca @ cb.mT).sum().backward()
+    torch.linalg.pinv(x @ y.mT).sum().backward()
+    assert torch.equal(y.grad.cpu(), cb.grad) and torch.equal(x.grad.cpu(), ca.grad)
+
+
 def test_a_view_op_that_copies_takes_the_python_path():
     x = torch.randn(3, 3)
     r, runs = direct_runs(lambda: x.to("neuron").t().reshape(9))   # reshape of a transpose copies

@@ -34,7 +34,7 @@ struct Eager {
   PyTypeObject* tensor = nullptr;  // torch.Tensor
 };
 Eager E;
-PyObject *s_plain, *s_call, *s_name, *s_d, *s_h, *s_is_cpu, *s_dim, *s_dtype, *s_shape,
+PyObject *s_plain, *s_call, *s_name, *s_d, *s_h, *s_is_cpu, *s_dim, *s_dtype, *s_shape, *s_stride,
     *s_is_contiguous, *s_storage_offset, *s_untyped_storage, *s_is_conj, *s_is_neg;
 
 PyObject* general(PyObject* f, PyObject* args, PyObject* kwargs) {
@@ -48,6 +48,16 @@ int truth_of_method(PyObject* o, PyObject* name) {
   int t = PyObject_IsTrue(r);
   Py_DECREF(r);
   return t;
+}
+
+// a.name() == b.name(): 1, 0, or -1 with an exception set
+int equal_method(PyObject* a, PyObject* b, PyObject* name) {
+  PyObject* x = PyObject_CallMethodNoArgs(a, name);
+  PyObject* y = x ? PyObject_CallMethodNoArgs(b, name) : nullptr;
+  int eq = y ? PyObject_RichCompareBool(x, y, Py_EQ) : -1;
+  Py_XDECREF(x);
+  Py_XDECREF(y);
+  return eq;
 }
 
 // A host argument for ``a``; nullptr without an exception: take the general path.
@@ -116,6 +126,13 @@ PyObject* wrap_new(PyObject* h, PyObject* hs) {
   Py_XDECREF(shape);
   Py_XDECREF(dtype);
   if (s == nullptr) return nullptr;
+  int same = equal_method(s, h, s_stride);   // size-1 dimensions' strides too (shell.wrap)
+  if (same <= 0) {
+    Py_DECREF(s);
+    if (same < 0) return nullptr;
+    PyObject* argv[2] = {h, hs};
+    return PyObject_Vectorcall(E.wrap, argv, 2, nullptr);
+  }
   PyObject* st = PyObject_CallMethodNoArgs(s, s_untyped_storage);
   bool ok = st != nullptr && PyObject_SetAttr(st, s_h, hs) == 0;
   if (ok && E.bind != Py_None) {
@@ -263,6 +280,7 @@ void init_kernel(py::module_& m) {
   s_dim = intern("dim");
   s_dtype = intern("dtype");
   s_shape = intern("shape");
+  s_stride = intern("stride");
   s_is_contiguous = intern("is_contiguous");
   s_storage_offset = intern("storage_offset");
   s_untyped_storage = intern("untyped_storage");
