@@ -164,7 +164,8 @@ EXECUTOR = Knob("NEURON_LAB_EXECUTOR", "cpu", str, choices=("cpu", "cuda"),
 HBM_GB = Knob("NEURON_LAB_HBM_GB", 0.0, float,
               doc="modelled HBM capacity in GiB (0 = default: min(96, half of host RAM))")
 DIRECT = Knob("NEURON_LAB_DIRECT", True, _bool,
-              doc="run plain ops in eager mode in C++ without entering Python (csrc/direct.cpp; "
-                  "read at import); 0: every op through the Python kernel")
+              doc="run plain ops, views and pointwise in-place ops in eager mode in C++ without "
+                  "entering Python (csrc/direct.cpp; read at import); 0: every op through the "
+                  "Python kernel")
 DEBUG = Knob("NEURON_LAB_DEBUG", 0, int, doc="1: one line per region cache hit/miss/compile on stderr")
 boolean = _bool

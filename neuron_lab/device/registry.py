@@ -240,9 +240,9 @@ def register() -> None:
     streams.install()       # the C++ guard: streams and events (after the Python one)
     direct = None
     if _native is not None and config.DIRECT.get() and executor.host_device().type == "cpu":
-        direct = _native           # plain eager ops in C++ (counted by the native counter)
-        direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str),
-                                torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage())
+        direct = _native           # eager ops in C++ (their outputs counted by the native counter)
+        shell_storage = torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage()
+        direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), shell_storage)
         tracking.count_direct(direct.direct_counts)
         seam.connect(direct.set_direct)
     _register_kernels(direct)

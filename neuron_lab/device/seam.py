@@ -15,10 +15,11 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
 The four are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
 
-One switch goes the other way: ``run_directly(on)``. While it is on, the device runs plain ops
-(``OpFacts.direct``) at once in C++, without calling ``launch`` or entering Python
-(``csrc/direct.cpp``). It is on without a runtime; a runtime turns it on when it would only run
-each op at once anyway (eager mode, nothing queued) and off before it queues again.
+One switch goes the other way: ``run_directly(on)``. While it is on, the device runs the ops
+``OpFacts.direct`` names (plain ops, views, pointwise in-place ops) at once in C++, without
+calling ``launch`` or entering Python (``csrc/direct.cpp``). It is on without a runtime; a
+runtime turns it on when it would only run each op at once anyway (eager mode, nothing queued)
+and off before it queues again.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ launch = None                  # None: every op runs at once (kernels.execute)
 flush = _no_flush
 materialize = _no_materialize
 pending_bytes = _no_pending
-direct = True                  # may plain ops run at once without calling launch?
+direct = True                  # may direct ops run at once without calling launch?
 _switch = None                 # the native kernels' switch (registry connects it)
 
 
@@ -66,7 +67,7 @@ def install(runtime: Runtime | None) -> None:
 
 
 def run_directly(on: bool) -> None:
-    """Let the device run plain ops at once, without calling ``launch`` (on), or send every op
+    """Let the device run direct ops at once, without calling ``launch`` (on), or send every op
     to ``launch`` (off; the default while a runtime is installed)."""
     global direct
     direct = bool(on)

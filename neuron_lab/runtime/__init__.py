@@ -38,7 +38,7 @@ seam.install(fastpath.seam_runtime(engine))
 
 
 def _follow_mode() -> None:
-    """In eager mode with nothing queued the device runs plain ops itself (``seam.direct``:
+    """In eager mode with nothing queued the device runs direct ops itself (``seam.direct``:
     in C++, without calling the engine); adaptive mode sends every op to the engine. An eager
     op that finds ops still queued (the mode set without ``set_mode``'s flush) reaches
     ``Engine.launch``, which flushes them and turns the switch on."""

@@ -85,7 +85,7 @@ def test_the_dispatcher_reaches_execute_through_the_c_kernel(monkeypatch):
     from neuron_lab.device import seam
     monkeypatch.setattr(seam, "launch", spy)      # the kernel reads seam.launch at each call
     n = torch.randn(4).to("neuron")
-    seam.run_directly(False)     # else the direct kernel runs sin (tests/device/test_direct_kernel.py)
+    seam.run_directly(False)     # else the direct kernel runs sin (test_direct_kernel.py)
     try:
         y = torch.sin(n)
     finally:

@@ -75,7 +75,9 @@ c10::StorageImpl* unpack(py::handle storage) {
   return THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
 }
 
-int64_t count(py::handle storage, int64_t capacity) { return count_storage(unpack(storage), capacity); }
+int64_t count(py::handle storage, int64_t capacity) {
+  return count_storage(unpack(storage), capacity);
+}
 
 int64_t counted_bytes(py::handle storage) {
   const c10::DataPtr& dp = unpack(storage)->data_ptr();

@@ -48,7 +48,8 @@ void bind(py::handle device_storage, py::handle host_storage) {
 py::object host_storage(py::handle device_storage) {
   c10::StorageImpl* host = bound_host(*unpack(device_storage));
   if (host == nullptr) return py::none();
-  PyObject* o = THPStorage_Wrap(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(host)));
+  auto ref = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(host);
+  PyObject* o = THPStorage_Wrap(c10::Storage(std::move(ref)));
   if (o == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(o);
 }
