@@ -19,7 +19,7 @@ CHECK = textwrap.dedent("""
     c = torch.randn(64, 32)
     n = c.to("neuron")
     assert n.device == torch.device("neuron", 0) and shell.host(n).is_cuda
-    assert torch.allclose((n @ n.t()).cpu(), c.cuda() @ c.cuda().t())
+    assert torch.allclose((n @ n.t()).cpu(), (c.cuda() @ c.cuda().t()).cpu())
     assert torch.neuron.memory_allocated() == 64 * 32 * 4 * 2
     w = torch.randn(32, 8, device="neuron", requires_grad=True)
     (n @ w).relu().sum().backward()
@@ -30,6 +30,9 @@ CHECK = textwrap.dedent("""
     x = torch.ones(3, device="neuron", dtype=torch.float64).sum()
     assert neuron_lab.fallback_ops() and x.item() == 3.0  # same dtype rules
     torch.neuron.synchronize()
+    # the direct eager kernel is the CPU executor's: here every op has its Python kernel
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::mul.Tensor", "PrivateUse1")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::mul.Tensor", "PrivateUse2")
     print("ok")
 """)
 

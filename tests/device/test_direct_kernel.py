@@ -10,11 +10,13 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import config, registry, seam, shell
+from neuron_lab.device import config, executor, registry, seam, shell
 from neuron_lab.runtime import knobs
 
-pytestmark = pytest.mark.skipif(registry._native is None or not config.DIRECT.get(),
-                                reason="native extension not built, or NEURON_LAB_DIRECT=0")
+pytestmark = pytest.mark.skipif(
+    registry._native is None or not config.DIRECT.get() or executor.host_device().type != "cpu",
+    reason="the direct kernel runs on the CPU executor with the native extension built "
+           "(not NEURON_LAB_DIRECT=0)")
 
 ext = registry._native
 
