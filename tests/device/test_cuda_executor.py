@@ -53,6 +53,8 @@ TRAIN = textwrap.dedent("""
     import sys, torch
     from torch import nn
     dev, out = sys.argv[1], sys.argv[2]
+    if dev == "neuron":
+        import neuron_lab  # noqa: F401  (autoloaded where the package is installed)
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(dev)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
