@@ -70,7 +70,9 @@ bool host_tensor(const at::Tensor& t, at::Tensor* out) {
     *out = t;
     return true;
   }
-  if (type != kDevice || t.layout() != c10::kStrided || host_only(t.scalar_type())) return false;
+  if (type != kDevice || t.layout() != c10::kStrided || host_only(t.scalar_type()) ||
+      c10::isQIntType(t.scalar_type()))
+    return false;
   c10::StorageImpl* hs = bound_host(*t.storage().unsafeGetStorageImpl());
   if (hs == nullptr) return false;
   auto h = at::detail::make_tensor<c10::TensorImpl>(
