@@ -44,7 +44,8 @@ class OpFacts:
     __slots__ = ("op", "call", "name", "base", "ret_alias", "restride", "random", "data_dependent",
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
-                 "written_kw", "target", "dropout_at", "per_call", "plain", "direct")
+                 "written_kw", "target", "dropout_at", "per_call", "plain", "direct",
+                 "direct_kernel")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -100,6 +101,7 @@ class OpFacts:
         # what the native direct kernel runs in eager mode without entering Python
         # (csrc/direct.cpp), or None: see ``_direct``
         self.direct = self._direct(schema, gap)
+        self.direct_kernel = False     # registry: the direct kernel is this op's (aten ops only)
 
     def _direct(self, schema, gap) -> str | None:
         """``"new"`` (a plain op that writes no argument), ``"view"`` (a view of argument

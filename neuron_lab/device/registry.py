@@ -133,6 +133,7 @@ def _register_kernels(direct=None) -> int:
                 direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
                                        f.ret_alias[0][0] if f.ret_alias[0] else -1,
                                        _dtype_kwarg(op))
+                f.direct_kernel = True
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")
             n += 1
@@ -245,6 +246,7 @@ def register() -> None:
         direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), shell_storage)
         tracking.count_direct(direct.direct_counts)
         seam.connect(direct.set_direct)
+        kernels.use_direct(direct)
     _register_kernels(direct)
     _register_sdpa()
     _register_shallow_copy()

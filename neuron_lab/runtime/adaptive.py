@@ -45,7 +45,7 @@ from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe
                      flatten_outputs, out_meta, out_plan, rebuild, ref, rekey, structure_of)
 
 Tensor = torch.Tensor
-_execute = kernels.execute
+_execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
 _executed = tracking.executed
 _pending = shell.pending
 _pending_dense = shell.pending_dense

@@ -252,3 +252,39 @@ def test_the_knob_turns_the_direct_kernel_off():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_run_now_runs_an_op_on_the_direct_kernel_whatever_the_switch():
+    """The adaptive engine's capture runs each op at once through ``kernels.run_now``: on the
+    direct kernel where it takes the call, else ``execute`` (float64: a recorded fallback)."""
+    from neuron_lab.device import kernels
+    from neuron_lab.device.opinfo import facts
+    x = torch.randn(5)
+    n = x.to("neuron")
+    mul = facts(torch.ops.aten.mul.Tensor)
+    seam.run_directly(False)
+    try:
+        out, runs = direct_runs(lambda: kernels.run_now(mul, (n, n), {}))
+        assert runs == {"aten::mul.Tensor": 1} and torch.equal(out.cpu(), x * x)
+        d = x.double().to("neuron")
+        neuron_lab.clear_op_tracking()
+        out, runs = direct_runs(lambda: kernels.run_now(mul, (d, d), {}))
+        assert runs == {} and torch.equal(out.cpu(), x.double() * x.double())
+        assert any(r["op"] == "aten::mul.Tensor" for r in neuron_lab.fallback_ops())
+        with pytest.raises(RuntimeError, match="found at least two devices"):
+            kernels.run_now(mul, (n, torch.ones(5)), {})          # declined, then Python's error
+    finally:
+        seam.run_directly(True)
+
+
+def test_adaptive_capture_runs_its_ops_on_the_direct_kernel():
+    from neuron_lab import runtime
+    x = torch.randn(16)
+    with neuron_lab.mode("adaptive"), knobs.COMPILE.scoped(False):
+        runtime.reset()
+        n = x.to("neuron")
+        ext.direct_counts()
+        y = torch.tanh(n * 2.0 + 1.0)                            # a new segment: captured
+        runs = ext.direct_counts()
+        assert runs.get("aten::tanh") == 1 and runs.get("aten::mul.Tensor") == 1
+        assert torch.equal(y.cpu(), torch.tanh(x * 2.0 + 1.0))

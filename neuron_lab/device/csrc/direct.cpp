@@ -49,6 +49,8 @@ namespace {
 constexpr auto kDevice = c10::DeviceType::PrivateUse1;
 
 std::atomic<bool> g_direct{false};        // seam.run_directly
+thread_local bool t_here = false;         // inside run_here: run this thread's op directly
+thread_local bool t_declined = false;     // ... and it could not
 std::atomic<int64_t> g_capacity{-1};      // memory.capacity(), kept current by memory.py
 std::atomic<uint64_t> g_host_only{0};     // bit per ScalarType: dtypes.HOST_ONLY
 c10::Allocator* g_allocator = nullptr;    // a shell storage's allocator (create_empty_tensor's)
@@ -144,9 +146,13 @@ struct Direct final : c10::OperatorKernel {
   Direct(std::string n, Kind k, int a, int d) : name(std::move(n)), kind(k), arg(a), dtype_arg(d) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    if (g_direct.load(std::memory_order_acquire) && run(op, stack)) {
+    if ((g_direct.load(std::memory_order_acquire) || t_here) && run(op, stack)) {
       runs.fetch_add(1, std::memory_order_relaxed);
       return;
+    }
+    if (t_here) {   // run_here's call: the caller takes its Python path instead
+      t_declined = true;
+      TORCH_CHECK(false, "neuron: ", name, " declined by the direct kernel");
     }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
   }
@@ -253,6 +259,33 @@ py::dict counts() {
   return out;
 }
 
+// run_here(op, args, kwargs): ``op(*args, **kwargs)`` on the direct kernel now, whatever the
+// switch, or None where the direct kernel declines it (the caller runs its Python path). For a
+// runtime that runs an op at once while it records it (the adaptive engine's capture).
+PyObject* run_here(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 3 || !PyTuple_Check(argv[1]) || (argv[2] != Py_None && !PyDict_Check(argv[2]))) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: run_here(op, args: tuple, kwargs: dict|None)");
+    return nullptr;
+  }
+  PyObject* kwargs = argv[2] != Py_None && PyDict_GET_SIZE(argv[2]) ? argv[2] : nullptr;
+  const bool outer = t_here;
+  t_here = true;
+  t_declined = false;
+  PyObject* out = PyObject_Call(argv[0], argv[1], kwargs);
+  t_here = outer;
+  if (out == nullptr && t_declined) {
+    t_declined = false;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  return out;
+}
+
+PyMethodDef run_here_def = {"run_here",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&run_here)),
+                            METH_FASTCALL,
+                            "run_here(op, args, kwargs): op on the direct kernel now, or None"};
+
 }  // namespace
 
 void init_direct(py::module_& m) {
@@ -271,6 +304,8 @@ void init_direct(py::module_& m) {
   m.def("set_direct_capacity", [](int64_t c) { g_capacity.store(c); }, py::arg("capacity"),
         "The modelled capacity the direct kernel counts against");
   m.def("direct_counts", &counts, "{op name: direct runs since the last call}");
+  m.add_object("run_here",
+               py::reinterpret_steal<py::object>(PyCFunction_New(&run_here_def, nullptr)));
 }
 
 }  // namespace neuron_lab
