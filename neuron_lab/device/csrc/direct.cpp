@@ -60,6 +60,18 @@ bool host_only(c10::ScalarType t) {
   return i < 64 && (g_host_only.load(std::memory_order_relaxed) >> i) & 1;
 }
 
+// A tensor on `storage` under dispatch key `key` with `like`'s dtype, sizes, strides, offset and
+// conjugate/negative bits: a host view of a neuron tensor, or a neuron tensor over a host one.
+at::Tensor tensor_like(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                    c10::DispatchKeySet(key), like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                 like.storage_offset());
+  if (like.is_conj()) t._set_conj(true);
+  if (like.is_neg()) t._set_neg(true);
+  return t;
+}
+
 // The host tensor for argument `t`; false: take the Python path.
 bool host_tensor(const at::Tensor& t, at::Tensor* out) {
   if (!t.defined()) {
@@ -77,13 +89,8 @@ bool host_tensor(const at::Tensor& t, at::Tensor* out) {
     return false;
   c10::StorageImpl* hs = bound_host(*t.storage().unsafeGetStorageImpl());
   if (hs == nullptr) return false;
-  auto h = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)),
-      c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  h.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) h._set_conj(true);
-  if (t.is_neg()) h._set_neg(true);
-  *out = std::move(h);
+  *out = tensor_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)),
+                     c10::DispatchKey::CPU, t);
   return true;
 }
 
@@ -120,27 +127,12 @@ at::Tensor wrap(const at::Tensor& h) {
       c10::StorageImpl::use_byte_size_t(), hs->nbytes(),
       bound_data_ptr(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)), g_allocator,
       /*resizable=*/true);
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(st)), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), h.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
-  if (h.is_conj()) t._set_conj(true);
-  if (h.is_neg()) t._set_neg(true);
-  return t;
+  return tensor_like(c10::Storage(std::move(st)), c10::DispatchKey::PrivateUse1, h);
 }
 
 // What the op returns (OpFacts.direct): a new tensor, a view of argument `arg`, or argument
 // `arg` itself, written in place.
 enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2 };
-
-// A neuron tensor over `base`'s storage with host view `h`'s metadata (shell.view_of).
-at::Tensor view_of(const at::Tensor& base, const at::Tensor& h) {
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(base.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), h.dtype());
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
-  if (h.is_conj()) t._set_conj(true);
-  if (h.is_neg()) t._set_neg(true);
-  return t;
-}
 
 struct Direct final : c10::OperatorKernel {
   Direct(std::string n, Kind k, int a, int d) : name(std::move(n)), kind(k), arg(a), dtype_arg(d) {}
@@ -198,7 +190,7 @@ struct Direct final : c10::OperatorKernel {
       TORCH_CHECK(kind == Kind::kView, "neuron: ", name, " wrote a new storage in place");
       return false;
     } else if (kind == Kind::kView) {
-      t = view_of(*base, out);
+      t = tensor_like(base->storage(), c10::DispatchKey::PrivateUse1, out);   // shell.view_of
     } else {
       TORCH_CHECK(out.sizes() == base->sizes() && out.strides() == base->strides() &&
                       out.storage_offset() == base->storage_offset(),
