@@ -42,7 +42,7 @@ from . import knobs, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
-                     flatten_outputs, out_meta, out_plan, rebuild, ref, rekey, structure_of)
+                     out_plan, rebuild, record_run, ref, rekey)
 
 Tensor = torch.Tensor
 _execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
@@ -75,6 +75,9 @@ class Engine:
     thread's eager results (tests/runtime/test_threads.py). The device model runs one thing
     at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
     the host work of launching, not the threads' other Python."""
+
+    describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance (kept
+                                        # by runtime.reset, which refreshes the __dict__)
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -137,7 +140,7 @@ class Engine:
         pos = len(self.records)
         if described is None:
             try:
-                described = describe(f, args, kwargs, pos, self.producers)
+                described = self.describe(f, args, kwargs, pos, self.producers)
             except NotQueueable:
                 if self.records:
                     self.flush("host-arg")
@@ -151,7 +154,7 @@ class Engine:
                 self._launch(self.node.region)
                 return self._adaptive(f, args, kwargs)
             self._diverge()
-            key, targs, tkw = describe(f, args, kwargs, len(self.records), self.producers)
+            key, targs, tkw = self.describe(f, args, kwargs, len(self.records), self.producers)
         elif not self.records:                          # segment start: known region?
             nxt = self.cache.root.children.get(key)
             if nxt is not None:
@@ -169,27 +172,13 @@ class Engine:
         out = _execute(f, args, kwargs)
         self.stats["launches_per_op"] += 1
         self.stats["ops_per_op"] += 1
-        outs = flatten_outputs(out)
-        rec = _tuple_new(QueuedOp, (f, targs, tkw, key, [None] * len(outs),
-                                    tuple([out_meta(t) for t in outs]), structure_of(out),
-                                    tracking.user_frame_token(2),  # ~1.5 us: errors name it
-                                    None))
         pos = len(self.records)
-        self.records.append(rec)
-        self._produce(pos, outs)
+        record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
+                   self.records, self.producers)                           # name the line
         cut = pos >= self.period_after and self._period(pos, key)
         if not cut and pos + 1 >= knobs.QUEUE_LIMIT.get():
             self.flush("queue-limit")
         return out
-
-    def _produce(self, pos: int, outs: list) -> None:
-        prod = self.producers
-        for k, t in enumerate(outs):
-            if t is not None and t.dtype not in HOST_ONLY:   # host-only: never a queued arg
-                r = ref(pos, k)
-                prod[id(t)] = _tuple_new(Produced, (pos, k, _wref(t), r))
-                st = t.untyped_storage()
-                prod[id(st)] = _tuple_new(Produced, (pos, k, _wref(st), r))
 
     def _period(self, n: int, key) -> bool:
         """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""

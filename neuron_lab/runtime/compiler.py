@@ -43,7 +43,7 @@ from torch import fx
 
 from ..device import shell
 from ..device.executor import host_device
-from . import knobs
+from . import knobs, native
 from .record import Ref
 
 Tensor = torch.Tensor
@@ -69,11 +69,15 @@ def arg_at(rec, path):
     return a if sub is None else a[sub]
 
 
-def scalar_values(scalars, records: list) -> list:
-    """The region's data floats, in plan order (read inline: once per launch for every float
-    of the region, 42 in W1's)."""
+def scalar_values_py(scalars, records: list) -> list:
+    """The region's data floats, in plan order (once per launch for every float of the region,
+    42 in W1's). ``scalar_values`` is its C twin (csrc/records.cpp) where the extension is
+    built."""
     return [(records[i].args[w] if type(w) is int else records[i].kwargs[w])
             if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]
+
+
+scalar_values = native.twin("scalar_values", scalar_values_py)
 
 
 def packed_scalars(scalars, records: list) -> Tensor:

@@ -14,33 +14,12 @@ the two).
 """
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import torch
 
-from ..device import config, kernels, native, shell, tracking
+from ..device import config, kernels, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from . import adaptive, knobs, record
-
-CSRC = Path(__file__).with_name("csrc")
-
-_ext = None
-
-
-def extension():
-    """The built deferral extension, or None (not wanted, or no compiler: warned once)."""
-    global _ext
-    if _ext is None:
-        if not knobs.NATIVE_DEFER.get():
-            return None
-        try:
-            _ext = native.build("neuron_lab_runtime", CSRC, includes=(native.CSRC,))
-        except RuntimeError as e:
-            warnings.warn(f"{e}; the adaptive engine defers ops in Python (slower, same results)",
-                          RuntimeWarning, stacklevel=2)
-            _ext = False
-    return _ext or None
+from .native import extension
 
 
 class SeamRuntime:
@@ -71,6 +50,7 @@ def seam_runtime(engine: adaptive.Engine):
         "execute": kernels.execute,
         "tensor": torch.Tensor,
     })
+    engine.describe = ext.describe      # capture's keys too (the same keys, ~3 us less per op)
     return SeamRuntime(engine, ext.launch)
 
 

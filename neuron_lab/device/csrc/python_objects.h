@@ -1,5 +1,5 @@
 // CPython helpers shared by the native extensions' C callables (device/csrc/kernel.cpp,
-// runtime/csrc/deferral.cpp): interned names, the objects Python configures them with, and
+// runtime/csrc/deferral.cpp, records.cpp): interned names, the objects Python configures them with, and
 // the one counter every op increments.
 #pragma once
 
@@ -17,6 +17,18 @@ void hold(T*& slot, pybind11::handle v) {
   PyObject* old = reinterpret_cast<PyObject*>(slot);
   slot = reinterpret_cast<T*>(v.ptr());
   Py_XDECREF(old);
+}
+
+// A tuple-subclass instance (a NamedTuple) from n new references, as tuple.__new__ makes it
+// (the NamedTuple's own __new__ is Python code).
+inline PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
+  PyObject* o = type->tp_alloc(type, n);
+  if (o == nullptr) {
+    for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(items[i]);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(o, i, items[i]);
+  return o;
 }
 
 // tracking.executed[name] += 1 (a Counter: executed_ops() counts every op the user ran, however

@@ -65,17 +65,6 @@ PyObject *s_node, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_m
     *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
     *s_storage_offset, *s_x;
 
-// a tuple-subclass instance (a NamedTuple) from n new references, as tuple.__new__ makes it
-PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
-  PyObject* o = type->tp_alloc(type, n);
-  if (o == nullptr) {
-    for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(items[i]);
-    return nullptr;
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(o, i, items[i]);
-  return o;
-}
-
 bool mode_is_adaptive() {
   PyObject* v = PyObject_GetAttr(S.mode, s_value);
   if (v == nullptr) return false;

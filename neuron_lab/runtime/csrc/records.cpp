@@ -1,0 +1,247 @@
+// The engine's record keeping in C: what Python does once per captured op and once per launch,
+// done on the same Python objects (the Python function named with each is the reference, and
+// what runs without the extension; tests/runtime/test_records_native.py compares them):
+//
+//   record_run(facts, targs, tkw, key, out, where, records, producers)   record.record_run
+//       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None],
+//       (OutMeta,), "t", where, None) appended to ``records``, and the producer entries
+//       Produced(pos, 0, weakref, ref(pos, 0)) of the output and of its storage. Only a single
+//       plain tensor output here; any other return value goes to the Python function.
+//   live_outputs(records)                                                  pending.live_outputs
+//       {(op, output)} whose pending storage is still alive.
+//   scalar_values(scalars, records)                                        compiler.scalar_values
+//       the region's data floats in plan order.
+//
+// In a captured step these were ~5 us of Python per op (flatten, out_meta, structure_of, the
+// record, two producer entries); in a launch, ~30 us for W1's 64 ops (docs/performance.md).
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "python_objects.h"   // device/csrc: intern, hold
+
+namespace py = pybind11;
+
+namespace neuron_lab {
+namespace {
+
+struct Records {
+  PyTypeObject* queued = nullptr;    // record.QueuedOp
+  PyTypeObject* produced = nullptr;  // record.Produced
+  PyTypeObject* out_meta = nullptr;  // record.OutMeta
+  PyObject* ref = nullptr;           // record.ref(pos, k)
+  PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
+  PyObject* python = nullptr;        // record.record_run's Python body (other return values)
+};
+Records R;
+PyObject *s_t, *s_untyped_storage;
+
+constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
+
+PyObject* int_tuple(c10::IntArrayRef v) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(v.size()));
+  if (t == nullptr) return nullptr;
+  for (size_t i = 0; i < v.size(); ++i) {
+    PyObject* x = PyLong_FromLongLong(v[i]);
+    if (x == nullptr) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), x);
+  }
+  return t;
+}
+
+// producers[id(o)] = Produced(pos, 0, weakref(o), r); false with an exception set
+bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* r) {
+  PyObject* wr = PyWeakref_NewRef(o, nullptr);
+  if (wr == nullptr) return false;
+  PyObject* items[4] = {Py_NewRef(pos), PyLong_FromLong(0), wr, Py_NewRef(r)};
+  PyObject* entry = named(R.produced, 4, items);
+  PyObject* id = entry ? PyLong_FromVoidPtr(o) : nullptr;
+  bool ok = id != nullptr && PyDict_SetItem(producers, id, entry) == 0;
+  Py_XDECREF(id);
+  Py_XDECREF(entry);
+  return ok;
+}
+
+PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 8 || !PyList_Check(argv[6]) || !PyDict_Check(argv[7])) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: record_run(facts, targs, tkw, key, out, where, "
+                                     "records: list, producers: dict)");
+    return nullptr;
+  }
+  if (R.python == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure_records() first");
+    return nullptr;
+  }
+  PyObject* out = argv[4];
+  PyObject* records = argv[6];
+  PyObject* producers = argv[7];
+  if (!THPVariable_CheckExact(out)) return PyObject_Vectorcall(R.python, argv, n, nullptr);
+  const at::Tensor& t = THPVariable_Unpack(out);
+  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));   // borrowed
+  PyObject* meta[4] = {int_tuple(t.sizes()), int_tuple(t.strides()),
+                       PyLong_FromLongLong(t.storage_offset()), Py_NewRef(dtype)};
+  if (meta[0] == nullptr || meta[1] == nullptr || meta[2] == nullptr) {
+    for (PyObject* m : meta) Py_XDECREF(m);
+    return nullptr;
+  }
+  PyObject* m = named(R.out_meta, 4, meta);
+  PyObject* metas = m ? PyTuple_Pack(1, m) : nullptr;
+  Py_XDECREF(m);
+  PyObject* outs = metas ? PyList_New(1) : nullptr;
+  if (outs == nullptr) {
+    Py_XDECREF(metas);
+    return nullptr;
+  }
+  PyList_SET_ITEM(outs, 0, Py_NewRef(Py_None));
+  Py_ssize_t p = PyList_GET_SIZE(records);
+  PyObject* items[9] = {Py_NewRef(argv[0]), Py_NewRef(argv[1]), Py_NewRef(argv[2]),
+                        Py_NewRef(argv[3]), outs, metas, Py_NewRef(s_t), Py_NewRef(argv[5]),
+                        Py_NewRef(Py_None)};
+  PyObject* rec = named(R.queued, 9, items);
+  if (rec == nullptr) return nullptr;
+  int bad = PyList_Append(records, rec);
+  Py_DECREF(rec);
+  if (bad) return nullptr;
+  int host_only = PySet_Contains(R.host_only, dtype);   // never a queued argument
+  if (host_only) return host_only < 0 ? nullptr : Py_NewRef(Py_None);
+  PyObject* pos = PyLong_FromSsize_t(p);
+  PyObject* r = pos ? PyObject_CallFunction(R.ref, "On", pos, static_cast<Py_ssize_t>(0)) : nullptr;
+  PyObject* st = r ? PyObject_CallMethodNoArgs(out, s_untyped_storage) : nullptr;
+  bool ok = st != nullptr && produce(producers, out, pos, r) && produce(producers, st, pos, r);
+  Py_XDECREF(st);
+  Py_XDECREF(r);
+  Py_XDECREF(pos);
+  return ok ? Py_NewRef(Py_None) : nullptr;
+}
+
+PyObject* live_outputs(PyObject*, PyObject* records) {
+  if (!PyList_Check(records)) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: live_outputs(records: list)");
+    return nullptr;
+  }
+  PyObject* live = PySet_New(nullptr);
+  if (live == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); ++i) {
+    PyObject* rec = PyList_GET_ITEM(records, i);
+    PyObject* outs = PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > kOuts
+                         ? PyTuple_GET_ITEM(rec, kOuts) : nullptr;
+    if (outs == nullptr || !PyList_Check(outs)) {
+      Py_DECREF(live);
+      PyErr_SetString(PyExc_TypeError, "neuron_lab: live_outputs: records must be QueuedOps");
+      return nullptr;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(outs); ++k) {
+      PyObject* pair = PyList_GET_ITEM(outs, k);
+      if (pair == Py_None) continue;
+      PyObject* sr = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
+                         ? PyTuple_GET_ITEM(pair, 1) : nullptr;
+      if (sr == nullptr || !PyWeakref_CheckRef(sr)) {
+        Py_DECREF(live);
+        PyErr_SetString(PyExc_TypeError,
+                        "neuron_lab: live_outputs: an output must be None or (weakref, weakref)");
+        return nullptr;
+      }
+      if (PyWeakref_GetObject(sr) == Py_None) continue;
+      PyObject* ik = Py_BuildValue("(nn)", i, k);
+      if (ik == nullptr || PySet_Add(live, ik) < 0) {
+        Py_XDECREF(ik);
+        Py_DECREF(live);
+        return nullptr;
+      }
+      Py_DECREF(ik);
+    }
+  }
+  return live;
+}
+
+// records[i].args[where] (an int) or records[i].kwargs[where] (a name), then [sub] unless None;
+// a new reference
+PyObject* arg_at(PyObject* records, PyObject* entry) {
+  PyObject *i_obj, *path, *where, *sub;
+  if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) goto bad;
+  i_obj = PyTuple_GET_ITEM(entry, 0);
+  path = PyTuple_GET_ITEM(entry, 1);
+  if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) != 2) goto bad;
+  where = PyTuple_GET_ITEM(path, 0);
+  sub = PyTuple_GET_ITEM(path, 1);
+  {
+    Py_ssize_t i = PyLong_AsSsize_t(i_obj);
+    if (i == -1 && PyErr_Occurred()) return nullptr;
+    if (i < 0 || i >= PyList_GET_SIZE(records)) {
+      PyErr_SetString(PyExc_IndexError, "neuron_lab: scalar_values: op index out of range");
+      return nullptr;
+    }
+    PyObject* rec = PyList_GET_ITEM(records, i);
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= kKwargs) goto bad;
+    PyObject* a = PyLong_CheckExact(where) ? PyObject_GetItem(PyTuple_GET_ITEM(rec, kArgs), where)
+                                           : PyObject_GetItem(PyTuple_GET_ITEM(rec, kKwargs), where);
+    if (a == nullptr || sub == Py_None) return a;
+    PyObject* v = PyObject_GetItem(a, sub);
+    Py_DECREF(a);
+    return v;
+  }
+bad:
+  PyErr_SetString(PyExc_TypeError,
+                  "neuron_lab: scalar_values(((op, (where, sub)), ...), records: [QueuedOp])");
+  return nullptr;
+}
+
+PyObject* scalar_values(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 2 || !PyList_Check(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: scalar_values(scalars, records: list)");
+    return nullptr;
+  }
+  PyObject* seq = PySequence_Fast(argv[0], "neuron_lab: scalar_values: scalars must be a sequence");
+  if (seq == nullptr) return nullptr;
+  Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(m);
+  for (Py_ssize_t j = 0; out != nullptr && j < m; ++j) {
+    PyObject* v = arg_at(argv[1], PySequence_Fast_GET_ITEM(seq, j));
+    if (v == nullptr) {
+      Py_CLEAR(out);
+      break;
+    }
+    PyList_SET_ITEM(out, j, v);
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
+PyMethodDef record_run_def = {
+    "record_run", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&record_run)),
+    METH_FASTCALL, "record_run(facts, targs, tkw, key, out, where, records, producers): "
+                   "record.record_run in C"};
+PyMethodDef live_outputs_def = {"live_outputs", reinterpret_cast<PyCFunction>(&live_outputs),
+                                METH_O, "live_outputs(records): pending.live_outputs in C"};
+PyMethodDef scalar_values_def = {
+    "scalar_values", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&scalar_values)),
+    METH_FASTCALL, "scalar_values(scalars, records): compiler.scalar_values in C"};
+
+void configure_records(py::dict o) {
+  hold(R.queued, o["queued"]);
+  hold(R.produced, o["produced"]);
+  hold(R.out_meta, o["out_meta"]);
+  hold(R.ref, o["ref"]);
+  hold(R.host_only, o["host_only"]);
+  hold(R.python, o["python"]);
+  for (PyTypeObject* t : {R.queued, R.produced, R.out_meta}) {
+    if (!PyType_IsSubtype(t, &PyTuple_Type))
+      throw py::type_error("neuron_lab: QueuedOp, Produced and OutMeta must be NamedTuples");
+  }
+}
+
+}  // namespace
+
+void init_records(py::module_& m) {
+  s_t = intern("t");
+  s_untyped_storage = intern("untyped_storage");
+  m.def("configure_records", &configure_records,
+        "configure_records({queued, produced, out_meta, ref, host_only, python}) (record.py)");
+  for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def})
+    m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
+}
+
+}  // namespace neuron_lab

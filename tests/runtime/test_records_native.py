@@ -1,0 +1,123 @@
+"""The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
+
+``record_run`` (capture's record and producer entries), ``live_outputs`` and ``scalar_values``
+are each compared with the Python function of the same name and ``_py`` suffix on real op
+outputs; the whole engine with and without the extension is compared on a Transformers model
+in test_fastpath.py.
+"""
+import gc
+import weakref
+
+import pytest
+import torch
+
+import neuron_lab.runtime as rt
+from neuron_lab.device.opinfo import facts
+from neuron_lab.runtime import compiler, native, pending, record
+
+ext = native.extension()
+pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
+
+aten = torch.ops.aten
+
+
+def _record_both(op, args, out):
+    """(records, producers) from the Python reference and from the C twin, for one op run now."""
+    f = facts(op)
+    key, targs, tkw = record.describe(f, args, None, 1, {})
+    got, want = ([object()], {}), ([object()], {})     # one earlier record: positions start at 1
+    record.record_run_py(f, targs, tkw, key, out, ("cell.py", 3), *want)
+    ext.record_run(f, targs, tkw, key, out, ("cell.py", 3), *got)
+    return got, want
+
+
+def _same_producers(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for i, w in want.items():
+        g = got[i]
+        assert type(g) is record.Produced
+        assert (g.pos, g.k, g.ref) == (w.pos, w.k, w.ref)
+        assert g.obj() is w.obj() and g.obj() is not None
+
+
+@pytest.mark.parametrize("case", ["tensor", "view", "tuple", "complex", "strided"])
+def test_record_run_equals_the_python_reference(case):
+    with rt.mode("eager"):
+        x = torch.randn(4, 6).to("neuron")
+        if case == "tensor":
+            op, args = aten.mul.Tensor, (x, x)
+        elif case == "view":
+            op, args = aten.t.default, (x,)
+        elif case == "tuple":                          # two outputs: the Python body in C too
+            op, args = aten.max.dim, (x, 1)
+        elif case == "complex":                        # a host-only output: no producer entries
+            op, args = aten.view_as_complex.default, (x.view(4, 3, 2),)
+        else:
+            op, args = aten.slice.Tensor, (x, 1, 1, 5, 2)
+        out = op(*args)
+    (grecs, gprod), (wrecs, wprod) = _record_both(op, args, out)
+    g, w = grecs[1], wrecs[1]
+    assert type(g) is record.QueuedOp
+    assert g == w
+    assert all(type(m) is record.OutMeta or m is None for m in g.metas)
+    assert g.metas[0].stride == out[0].stride() if case == "tuple" else out.stride()
+    _same_producers(gprod, wprod)
+    if case == "complex":
+        assert out.dtype == torch.complex64 and gprod == {}
+    else:
+        assert len(gprod) == 2 * len(g.outs)           # each output and its storage
+
+
+def test_record_run_rejects_what_is_not_a_record_list():
+    with pytest.raises(TypeError, match="record_run"):
+        ext.record_run(None, (), None, None, torch.zeros(1), None, (), {})
+
+
+def _records_with_outs(outs_per_op):
+    f = facts(aten.add.Tensor)
+    return [record.QueuedOp(f, (), None, None, list(outs)) for outs in outs_per_op]
+
+
+def test_live_outputs_equals_the_python_reference():
+    with rt.mode("eager"):
+        alive = [torch.zeros(2).to("neuron") for _ in range(3)]
+        dead = torch.zeros(2).to("neuron")
+    pair = lambda t: (weakref.ref(t), weakref.ref(t.untyped_storage()))  # noqa: E731
+    dead_pair = pair(dead)
+    copy = alive[2].detach()                           # a shallow copy keeps the storage alive
+    storage_only = (weakref.ref(torch.zeros(1)), weakref.ref(copy.untyped_storage()))
+    del dead
+    gc.collect()
+    records = _records_with_outs([[pair(alive[0]), None], [dead_pair], [],
+                                  [None, pair(alive[1]), storage_only]])
+    want = pending.live_outputs_py(records)
+    assert want == {(0, 0), (3, 1), (3, 2)}
+    assert ext.live_outputs(records) == want
+    with pytest.raises(TypeError, match="live_outputs"):
+        ext.live_outputs(_records_with_outs([[("not", "weakrefs")]]))
+
+
+def test_scalar_values_equals_the_python_reference():
+    f = facts(aten.add.Tensor)
+    records = [record.QueuedOp(f, (None, 0.5), None, None, []),
+               record.QueuedOp(f, (None, [1.5, 2.5]), {"alpha": 3.0}, None, []),
+               record.QueuedOp(f, (0.25,), None, None, [])]
+    scalars = ((0, (1, None)), (1, (1, 1)), (1, ("alpha", None)), (2, (0, None)))
+    want = compiler.scalar_values_py(scalars, records)
+    assert want == [0.5, 2.5, 3.0, 0.25]
+    assert ext.scalar_values(scalars, records) == want
+    assert ext.scalar_values((), records) == []
+    with pytest.raises(IndexError):
+        ext.scalar_values(((5, (0, None)),), records)
+    with pytest.raises(TypeError, match="scalar_values"):
+        ext.scalar_values(((0, 1),), records)
+
+
+def test_the_engine_keeps_the_c_twins_after_a_reset():
+    """runtime.reset() refreshes the engine's __dict__; capture's C key builder must survive it
+    (it did not: every capture after a reset built its keys in Python)."""
+    rt.reset()
+    assert rt.engine.describe is ext.describe
+    assert record.record_run is ext.record_run
+    assert pending.live_outputs is ext.live_outputs
+    assert compiler.scalar_values is ext.scalar_values
