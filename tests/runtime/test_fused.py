@@ -178,3 +178,44 @@ def test_a_host_gap_op_fuses_with_its_substitute():
     assert vals == [2 * 7 + 4] * 6
     s = runtime.stats()
     assert s["compiles_failed"] == 0 and s["compiles_done"] >= 1 and s["launches_fused"] >= 1
+
+
+def test_adamw_step_fuses_its_scalar_list_foreach_ops():
+    """AdamW (foreach) divides by its bias corrections and steps by its step sizes with
+    ``_foreach_div_.ScalarList`` / ``_foreach_addcdiv_.ScalarList``, whose scalars change every
+    step (program inputs). The fused program runs them as per-tensor ops inside its kernels:
+    no ATen foreach kernel is called during a fused launch, and the parameters follow CPU's."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(32, 16)
+    model = torch.nn.Linear(32, 16).to("neuron")
+    model.load_state_dict(ref.state_dict())
+    x_cpu = torch.randn(8, 32)
+    x = x_cpu.to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True) for m in (ref, model)]
+
+    def step(m, opt, inp):
+        opt.zero_grad()
+        m(inp).square().mean().backward()
+        opt.step()
+    with knobs.TRIALS.scoped(0):
+        for _ in range(6):
+            step(ref, opts[0], x_cpu)
+            step(model, opts[1], x)
+            neuron_lab.sync()
+        fused = runtime.stats()["launches_fused"]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step(model, opts[1], x)
+            neuron_lab.sync()
+        step(ref, opts[0], x_cpu)
+    assert runtime.stats()["compiles_failed"] == 0
+    assert runtime.stats()["launches_fused"] >= fused + 2        # forward+backward, AdamW
+
+    def in_program(e):                      # called by a compiled program (not by the user)
+        while e is not None and not e.name.startswith("## Call CompiledFxGraph"):
+            e = e.cpu_parent
+        return e is not None
+    in_programs = {e.name for e in prof.events() if in_program(e)}
+    assert any(n.startswith("## Call CompiledFxGraph") for n in in_programs)
+    assert not any(n.startswith("aten::_foreach") for n in in_programs), sorted(in_programs)
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.cpu(), p, rtol=1e-5, atol=1e-6)
