@@ -288,3 +288,23 @@ def test_adaptive_capture_runs_its_ops_on_the_direct_kernel():
         runs = ext.direct_counts()
         assert runs.get("aten::tanh") == 1 and runs.get("aten::mul.Tensor") == 1
         assert torch.equal(y.cpu(), torch.tanh(x * 2.0 + 1.0))
+
+
+def test_python_scalars_reach_the_python_kernel_as_the_same_python_numbers():
+    """A declined op's wrapped numbers (``x * 1.5``: a 0-dim CPU tensor marked as a Python
+    scalar) are handed on as Scalars, which the kernel holder turns into the same Python float,
+    int, bool or complex it made from the tensor (without building a Python tensor for it)."""
+    from neuron_lab import runtime
+    x_cpu = torch.linspace(-1, 1, 6)
+    x = x_cpu.to("neuron")
+    c = torch.randn(6, dtype=torch.complex64)
+    with neuron_lab.mode("adaptive"):
+        runtime.reset()
+        outs = [x * 1.5, x + 2, x.mul(True)]
+        args = [rec.args[1] for rec in runtime.engine.records]   # queued, not run
+        outs.append(torch.view_as_real(c.to("neuron") * 2j))    # complex: runs at once
+        neuron_lab.sync()
+    assert [(type(a), a) for a in args] == [(float, 1.5), (int, 2), (bool, True)]
+    want = [x_cpu * 1.5, x_cpu + 2, x_cpu.mul(True), torch.view_as_real(c * 2j)]
+    for got, w in zip(outs, want):
+        assert torch.equal(got.cpu(), w)
