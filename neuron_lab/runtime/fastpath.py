@@ -46,7 +46,8 @@ def seam_runtime(engine: adaptive.Engine):
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
         "executed": tracking.executed, "mode": knobs.MODE, "unset": config._UNSET,
-        "create": torch._C._acc.create_empty_tensor, "pending": shell.pending,
+        "pending": shell.pending,
+        "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "tensor": torch.Tensor,
     })

@@ -158,3 +158,27 @@ def test_llama_training_regions_are_the_same_with_and_without_the_c_path():
     for k in ("hits", "misses", "regions", "ops_deferred"):
         assert c[k] == py[k], (k, c, py)
     assert c["losses"] == py["losses"]           # per-op replay: bitwise the same
+
+
+def test_a_pending_output_made_in_c_is_the_shell_python_makes():
+    """The C path builds a dense pending output itself (not through create_empty_tensor): it
+    must be the same kind of shell shell.pending_dense makes, and get its value like one."""
+    from neuron_lab.device import shell
+    x_cpu = torch.linspace(-1, 1, 12).reshape(3, 4)
+    x = x_cpu.to("neuron")
+    with rt.mode("adaptive"):
+        for _ in range(3):                       # the region is known from the second run
+            rt.sync()
+            before = fastpath.counts()[0]
+            y = (x * 2.0).tanh().add(1.0)        # the region's first op goes to Python
+        assert fastpath.counts()[0] == before + 2
+        ref = shell.pending_dense((3, 4), torch.float32)
+        for t in (y, ref):
+            st = t.untyped_storage()
+            assert (t.device, t.dtype, t.shape, t.stride(), t.requires_grad) == (
+                torch.device("neuron", 0), torch.float32, (3, 4), (4, 1), False)
+            assert (st.device, st.nbytes(), t.__dict__.get("_d", 0), getattr(st, "_h", 0)) == (
+                torch.device("neuron", 0), 0, None, None)
+        assert shell.is_pending(y)
+        rt.sync()
+    assert torch.equal(y.cpu(), (x_cpu * 2.0).tanh().add(1.0))

@@ -20,6 +20,10 @@
 // in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there. In eager mode an op goes to the device's execute (``Engine.launch`` first when ops are
 // still queued). ``configure`` hands over the objects; attribute names are interned once.
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
+
 #include "python_objects.h"   // device/csrc: intern, hold, count_executed
 
 namespace py = pybind11;
@@ -46,7 +50,8 @@ struct State {
   PyObject* mode = nullptr;          // knobs.MODE (a Knob)
   PyObject* unset = nullptr;         // config._UNSET
   PyObject* adaptive = nullptr;      // "adaptive"
-  PyObject* create = nullptr;        // torch._C._acc.create_empty_tensor
+  c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
+  c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
   PyObject* pending = nullptr;       // shell.pending
   PyTypeObject* tensor = nullptr;    // torch.Tensor
   PyObject* execute = nullptr;       // the device's kernels.execute (eager mode)
@@ -305,6 +310,37 @@ fail:
   return nullptr;
 }
 
+// A dense pending shell, as create_empty_tensor(size, dtype) makes it (a PrivateUse1 tensor of
+// ``size`` on an empty storage of the device's shell allocator: the bytes come when the region
+// runs), without its Python argument parsing: (tensor, storage) as new references, or false
+// with an exception set.
+bool new_shell(PyObject* size, PyObject* dtype, PyObject** t, PyObject** st) {
+  if (!PyTuple_Check(size) || Py_TYPE(dtype) != S.dtype_type) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's size must be a tuple, dtype a dtype");
+    return false;
+  }
+  std::vector<int64_t> sizes(static_cast<size_t>(PyTuple_GET_SIZE(size)));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    sizes[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, static_cast<Py_ssize_t>(i)));
+    if (sizes[i] == -1 && PyErr_Occurred()) return false;
+  }
+  try {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, S.device),
+                         S.allocator, /*resizable=*/true);
+    at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        c10::scalarTypeToTypeMeta(reinterpret_cast<THPDtype*>(dtype)->scalar_type));
+    tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    *t = THPVariable_Wrap(std::move(tensor));
+    *st = *t ? THPStorage_Wrap(std::move(storage)) : nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return false;
+  }
+  if (*st == nullptr) Py_CLEAR(*t);
+  return *t != nullptr;
+}
+
 PyObject* set_attr_none(PyObject* o, PyObject* name) {
   return PyObject_SetAttr(o, name, Py_None) < 0 ? nullptr : o;
 }
@@ -357,14 +393,17 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
       Py_DECREF(r);
     }
   }
-  PyObject* t = dense ? PyObject_CallFunctionObjArgs(S.create, size, dtype, nullptr)
-                      : PyObject_CallFunctionObjArgs(S.pending, size, stride, dtype, offset,
-                                                     nullptr);
-  if (t == nullptr) return nullptr;
-  PyObject* st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
-  if (st == nullptr) {
-    Py_DECREF(t);
-    return nullptr;
+  PyObject *t = nullptr, *st = nullptr;
+  if (dense) {
+    if (!new_shell(size, dtype, &t, &st)) return nullptr;
+  } else {
+    t = PyObject_CallFunctionObjArgs(S.pending, size, stride, dtype, offset, nullptr);
+    if (t == nullptr) return nullptr;
+    st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+    if (st == nullptr) {
+      Py_DECREF(t);
+      return nullptr;
+    }
   }
   if (dense && (set_attr_none(st, s_h) == nullptr || set_attr_none(t, s_d) == nullptr)) {
     Py_DECREF(st);
@@ -587,7 +626,9 @@ void configure(py::dict o) {
   hold(S.executed, o["executed"]);
   hold(S.mode, o["mode"]);
   hold(S.unset, o["unset"]);
-  hold(S.create, o["create"]);
+  const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
+  S.allocator = shell.unsafeGetStorageImpl()->allocator();
+  S.device = shell.device();
   hold(S.pending, o["pending"]);
   hold(S.tensor, o["tensor"]);
   hold(S.execute, o["execute"]);
