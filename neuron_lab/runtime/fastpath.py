@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import config, kernels, shell, tracking
+from ..device import config, kernels, tracking
 from ..device.dtypes import HOST_ONLY
 from . import adaptive, knobs, record
 from .native import extension
@@ -46,7 +46,6 @@ def seam_runtime(engine: adaptive.Engine):
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
         "executed": tracking.executed, "mode": knobs.MODE, "unset": config._UNSET,
-        "pending": shell.pending,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "tensor": torch.Tensor,

@@ -182,3 +182,25 @@ def test_a_pending_output_made_in_c_is_the_shell_python_makes():
         assert shell.is_pending(y)
         rt.sync()
     assert torch.equal(y.cpu(), (x_cpu * 2.0).tanh().add(1.0))
+
+
+def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
+    """A deferred op whose output is not contiguous at offset 0 (a transpose, a slice: pending
+    views) gets a shell with its strides and offset, like shell.pending's, and its value."""
+    from neuron_lab.device import shell
+    x_cpu = torch.linspace(-1, 1, 24).reshape(4, 6)
+    x = x_cpu.to("neuron")
+    with rt.mode("adaptive"):
+        for _ in range(3):
+            rt.sync()
+            before = fastpath.counts()[0]
+            y = (x * 2.0).t()[1:, ::2]           # view outputs: strided, at an offset
+        assert fastpath.counts()[0] == before + 3  # t, slice, slice
+        ref = shell.pending(y.shape, y.stride(), torch.float32, y.storage_offset())
+        for t in (y, ref):
+            st = t.untyped_storage()
+            assert (t.shape, t.stride(), t.storage_offset()) == ((5, 2), (1, 12), 1)
+            assert (st.device, st.nbytes(), st.resizable(), t.__dict__.get("_d", 0),
+                    getattr(st, "_h", 0)) == (torch.device("neuron", 0), 4 * 18, False, None, None)
+        rt.sync()
+    assert torch.equal(y.cpu(), (x_cpu * 2.0).t()[1:, ::2])

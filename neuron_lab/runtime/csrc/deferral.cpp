@@ -52,7 +52,6 @@ struct State {
   PyObject* adaptive = nullptr;      // "adaptive"
   c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
   c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
-  PyObject* pending = nullptr;       // shell.pending
   PyTypeObject* tensor = nullptr;    // torch.Tensor
   PyObject* execute = nullptr;       // the device's kernels.execute (eager mode)
   PyObject* py_launch = nullptr;     // Engine.launch (the Python path), bound
@@ -310,27 +309,49 @@ fail:
   return nullptr;
 }
 
-// A dense pending shell, as create_empty_tensor(size, dtype) makes it (a PrivateUse1 tensor of
-// ``size`` on an empty storage of the device's shell allocator: the bytes come when the region
-// runs), without its Python argument parsing: (tensor, storage) as new references, or false
-// with an exception set.
-bool new_shell(PyObject* size, PyObject* dtype, PyObject** t, PyObject** st) {
-  if (!PyTuple_Check(size) || Py_TYPE(dtype) != S.dtype_type) {
-    PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's size must be a tuple, dtype a dtype");
+bool int_vector(PyObject* tuple, std::vector<int64_t>* out) {
+  if (!PyTuple_Check(tuple)) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's size and stride must be tuples");
     return false;
   }
-  std::vector<int64_t> sizes(static_cast<size_t>(PyTuple_GET_SIZE(size)));
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    sizes[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, static_cast<Py_ssize_t>(i)));
-    if (sizes[i] == -1 && PyErr_Occurred()) return false;
+  out->resize(static_cast<size_t>(PyTuple_GET_SIZE(tuple)));
+  for (size_t i = 0; i < out->size(); ++i) {
+    (*out)[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, static_cast<Py_ssize_t>(i)));
+    if ((*out)[i] == -1 && PyErr_Occurred()) return false;
   }
+  return true;
+}
+
+// A pending shell as shell.pending makes it, without a Python call: a PrivateUse1 tensor of the
+// predicted size, stride and offset on a storage without bytes (they come when the region runs):
+// dense, create_empty_tensor's (an empty storage of the device's shell allocator); strided, an
+// unresizable storage of the bytes the strides span (_construct_storage_from_data_pointer's).
+// (tensor, storage) as new references, or false with an exception set.
+bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
+               PyObject** t, PyObject** st) {
+  std::vector<int64_t> sizes, strides;
+  if (!int_vector(size, &sizes) || (!dense && !int_vector(stride, &strides))) return false;
+  int64_t off = dense ? 0 : PyLong_AsLongLong(offset);
+  if (off == -1 && PyErr_Occurred()) return false;
+  if (Py_TYPE(dtype) != S.dtype_type) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's dtype must be a torch.dtype");
+    return false;
+  }
+  const c10::ScalarType type = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
   try {
-    c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, S.device),
-                         S.allocator, /*resizable=*/true);
+    size_t nbytes = 0;
+    if (!dense && c10::multiply_integers(sizes) > 0) {
+      int64_t span = 1;
+      for (size_t i = 0; i < sizes.size(); ++i) span += (sizes[i] - 1) * strides[i];
+      nbytes = static_cast<size_t>(off + span) * c10::elementSize(type);
+    }
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(nullptr, S.device),
+                         dense ? S.allocator : nullptr, /*resizable=*/dense);
     at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
         c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        c10::scalarTypeToTypeMeta(reinterpret_cast<THPDtype*>(dtype)->scalar_type));
-    tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+        c10::scalarTypeToTypeMeta(type));
+    if (dense) tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    else tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, off);
     *t = THPVariable_Wrap(std::move(tensor));
     *st = *t ? THPStorage_Wrap(std::move(storage)) : nullptr;
   } catch (const std::exception& e) {
@@ -394,21 +415,11 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     }
   }
   PyObject *t = nullptr, *st = nullptr;
-  if (dense) {
-    if (!new_shell(size, dtype, &t, &st)) return nullptr;
-  } else {
-    t = PyObject_CallFunctionObjArgs(S.pending, size, stride, dtype, offset, nullptr);
-    if (t == nullptr) return nullptr;
-    st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
-    if (st == nullptr) {
-      Py_DECREF(t);
-      return nullptr;
-    }
-  }
-  if (dense && (set_attr_none(st, s_h) == nullptr || set_attr_none(t, s_d) == nullptr)) {
+  if (!new_shell(size, stride, offset, dtype, dense, &t, &st)) return nullptr;
+  if (set_attr_none(st, s_h) == nullptr || set_attr_none(t, s_d) == nullptr) {
     Py_DECREF(st);
     Py_DECREF(t);
-    return nullptr;   // shell.pending_dense's two attributes
+    return nullptr;   // shell.pending's two attributes
   }
   PyObject* tr = PyWeakref_NewRef(t, nullptr);
   PyObject* sr = PyWeakref_NewRef(st, nullptr);
@@ -629,7 +640,6 @@ void configure(py::dict o) {
   const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
   S.allocator = shell.unsafeGetStorageImpl()->allocator();
   S.device = shell.device();
-  hold(S.pending, o["pending"]);
   hold(S.tensor, o["tensor"]);
   hold(S.execute, o["execute"]);
   hold(S.py_launch, o["engine"].attr("launch"));
