@@ -42,8 +42,9 @@ EXIT_WAIT_S = Knob("NEURON_LAB_EXIT_WAIT_S", 2.0, float,
                    doc="seconds a compile running at interpreter exit may take to finish before "
                        "it is cancelled (queued compiles are dropped at exit)")
 NATIVE_DEFER = Knob("NEURON_LAB_NATIVE_DEFER", True, boolean,
-                    doc="defer ops on a known region path in C (runtime/csrc/deferral.cpp); "
-                        "0: the Python engine's path (the reference; same results)")
+                    doc="defer ops on a known region path and keep the engine's records in C "
+                        "(runtime/csrc); 0: the Python engine's path (the reference; same "
+                        "results)")
 VERIFY = Knob("NEURON_LAB_VERIFY", False, boolean,
               doc="check each fused program's first launches against per-op replay "
                   "(a mismatch makes the region per-op, warns and is counted)")
