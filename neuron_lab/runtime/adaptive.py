@@ -290,7 +290,7 @@ class Engine:
             prod = self.producers
             prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
             prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
-        rec = _tuple_new(QueuedOp, (f, described[1], described[2], described[0], [(tr, sr)],
+        rec = _tuple_new(QueuedOp, (f, described[1], described[2], nxt.key, [(tr, sr)],
                                     nxt.metas, "t", nxt.where, nxt.plan))
         self.records.append(rec)
         self.node = nxt

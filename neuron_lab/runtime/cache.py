@@ -25,9 +25,11 @@ class Node:
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
     determines it, so it is the same for every region through this node)."""
     __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "_new_bytes",
-                 "_alias_outs", "where", "fast")
+                 "_alias_outs", "where", "fast", "key")
 
-    def __init__(self, depth: int = 0, metas=None, structure=None, where=None) -> None:
+    def __init__(self, depth: int = 0, metas=None, structure=None, where=None, key=None) -> None:
+        self.key = key            # the key that leads here from the parent (None at the root):
+                                  # a deferred op's record holds this one, not its own equal copy
         self.where = where        # the user's line that issued this op when it was recorded
         self.children: dict = {}
         self.region: Region | None = None
@@ -122,7 +124,7 @@ class RegionCache:
             key = r.key if keys is None else keys[i]
             nxt = node.children.get(key)
             if nxt is None:
-                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure, r.where)
+                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure, r.where, key)
             node = nxt
         if node.region is not None:
             return node.region

@@ -204,3 +204,49 @@ def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
                     getattr(st, "_h", 0)) == (torch.device("neuron", 0), 4 * 18, False, None, None)
         rt.sync()
     assert torch.equal(y.cpu(), (x_cpu * 2.0).t()[1:, ::2])
+
+
+def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
+    """What a deferred op keeps until its region launches (record, producer entries, weak
+    references, templates) is untracked, and the record holds the trie's key, not a copy: else
+    every young collection scans them and promotes them, and the promotions made CPython run a
+    ~200 ms full collection every ~100 steps of a Llama training loop (docs/performance.md)."""
+    import gc
+    w = torch.randn(8, 8).to("neuron")
+    x = torch.randn(4, 8).to("neuron")
+
+    def step():
+        h = torch.nn.functional.linear(x, w).relu()
+        return (h * 2.0 + 1.0).sum(dim=1, keepdim=True)
+
+    for _ in range(4):                       # record, then a known region
+        step()
+        rt.sync()
+    before = fastpath.counts()
+    out = step()                             # deferred along the known path, not launched yet
+    eng = rt.engine
+    fast = fastpath.counts()[0] - before[0]
+    assert fast >= 3 and len(eng.records) >= fast
+    node = eng.node
+    for rec in reversed(eng.records[-fast:]):
+        assert not gc.is_tracked(rec), rec.facts
+        assert not gc.is_tracked(rec.outs) and not gc.is_tracked(rec.outs[0])
+        assert not any(gc.is_tracked(r) for r in rec.outs[0])
+        assert not gc.is_tracked(rec.args)
+        assert rec.key is node.key            # the trie's own key object
+        node = None if node is None else _parent(eng, node)
+    entries = list(eng.producers.values())
+    assert entries and not any(gc.is_tracked(p) or gc.is_tracked(p.obj) for p in entries)
+    assert torch.equal(out.cpu(), step().cpu())
+
+
+def _parent(eng, node):
+    """The trie node whose child is ``node`` (the tests walk records back from the position)."""
+    stack = [eng.cache.root]
+    while stack:
+        n = stack.pop()
+        for c in n.children.values():
+            if c is node:
+                return n
+            stack.append(c)
+    return None

@@ -64,10 +64,20 @@ struct State {
 State S;
 
 // interned names
-PyObject *s_node, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas, *s_where,
+PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas, *s_where,
     *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name, *s_value,
     *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
     *s_storage_offset, *s_x;
+
+// `o` (may be null) taken off the cycle collector's lists: for the objects a deferred op keeps
+// until its region launches that cannot be part of a reference cycle (weak references without a
+// callback, the records and producer entries that only the engine refers to). Tracked, each
+// would be scanned by every young collection until the launch and promoted on the way, and the
+// promotions made CPython run a full collection every ~100 steps of a training loop.
+PyObject* untracked(PyObject* o) {
+  if (o != nullptr && PyObject_GC_IsTracked(o)) PyObject_GC_UnTrack(o);
+  return o;
+}
 
 bool mode_is_adaptive() {
   PyObject* v = PyObject_GetAttr(S.mode, s_value);
@@ -120,10 +130,10 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
     return nullptr;
   }
   Py_DECREF(st);
-  PyObject* wr = PyWeakref_NewRef(a, nullptr);
+  PyObject* wr = untracked(PyWeakref_NewRef(a, nullptr));
   PyObject* items[4] = {Py_NewRef(PyTuple_GET_ITEM(p, 0)), Py_NewRef(PyTuple_GET_ITEM(p, 1)), wr,
                         Py_NewRef(PyTuple_GET_ITEM(p, 3))};
-  PyObject* mine = wr ? named(S.produced, 4, items) : nullptr;
+  PyObject* mine = wr ? untracked(named(S.produced, 4, items)) : nullptr;
   if (wr == nullptr) {
     for (int i : {0, 1, 3}) Py_DECREF(items[i]);
   }
@@ -205,7 +215,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
       return true;
     }
     PyObject* keys = PyTuple_New(n);
-    PyObject* tmpls = t == &PyList_Type ? PyList_New(n) : PyTuple_New(n);
+    PyObject* tmpls = untracked(t == &PyList_Type ? PyList_New(n) : PyTuple_New(n));
     if (keys == nullptr || tmpls == nullptr) {
       Py_XDECREF(keys);
       Py_XDECREF(tmpls);
@@ -254,7 +264,7 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
   Py_ssize_t n = PyTuple_GET_SIZE(args);
   Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
   PyObject* keys = PyTuple_New(n + nkw);
-  PyObject* targs = PyTuple_New(n);
+  PyObject* targs = untracked(PyTuple_New(n));
   PyObject* tkw = nullptr;
   PyObject* names = nullptr;
   if (keys == nullptr || targs == nullptr) goto fail;
@@ -295,7 +305,7 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
       Py_XDECREF(tkw);
       return nullptr;
     }
-    PyObject* out = PyTuple_Pack(3, key, targs, tkw ? tkw : Py_None);
+    PyObject* out = PyTuple_Pack(3, key, targs, tkw ? untracked(tkw) : Py_None);
     Py_DECREF(key);
     Py_DECREF(targs);
     Py_XDECREF(tkw);
@@ -421,8 +431,8 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     Py_DECREF(t);
     return nullptr;   // shell.pending's two attributes
   }
-  PyObject* tr = PyWeakref_NewRef(t, nullptr);
-  PyObject* sr = PyWeakref_NewRef(st, nullptr);
+  PyObject* tr = untracked(PyWeakref_NewRef(t, nullptr));
+  PyObject* sr = untracked(PyWeakref_NewRef(st, nullptr));
   PyObject *tid = nullptr, *sid = nullptr, *pos_obj = nullptr, *outs = nullptr, *pair = nullptr;
   bool ok = tr && sr;
   if (ok && queueable) {
@@ -432,9 +442,9 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     ok = pos_obj && tid && sid;
     if (ok) {
       PyObject* a[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(tr), Py_NewRef(ref)};
-      PyObject* pt = named(S.produced, 4, a);
+      PyObject* pt = untracked(named(S.produced, 4, a));
       PyObject* b[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(sr), Py_NewRef(ref)};
-      PyObject* ps = named(S.produced, 4, b);
+      PyObject* ps = untracked(named(S.produced, 4, b));
       ok = pt && ps && PyDict_SetItem(producers, tid, pt) == 0 &&
            PyDict_SetItem(producers, sid, ps) == 0;
       Py_XDECREF(pt);
@@ -442,27 +452,28 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     }
   }
   if (ok) {
-    pair = PyTuple_Pack(2, tr, sr);
-    outs = pair ? PyList_New(1) : nullptr;
+    pair = untracked(PyTuple_Pack(2, tr, sr));
+    outs = pair ? untracked(PyList_New(1)) : nullptr;
     ok = outs != nullptr;
     if (ok) PyList_SET_ITEM(outs, 0, Py_NewRef(pair));
   }
   if (ok) {   // QueuedOp(facts, args, kwargs, key, outs, metas, structure, where, plan)
+    PyObject* key = PyObject_GetAttr(nxt, s_key);   // the trie's key: this op's own copy dies now
     PyObject* metas = PyObject_GetAttr(nxt, s_metas);
     PyObject* where = PyObject_GetAttr(nxt, s_where);
     PyObject* plan = PyObject_GetAttr(nxt, s_plan);
-    ok = metas && where && plan;
+    ok = key && metas && where && plan;
     if (ok) {
       PyObject* items[9] = {Py_NewRef(f),
                             Py_NewRef(PyTuple_GET_ITEM(described, 1)),
                             Py_NewRef(PyTuple_GET_ITEM(described, 2)),
-                            Py_NewRef(PyTuple_GET_ITEM(described, 0)),
-                            Py_NewRef(outs), metas, Py_NewRef(s_t), where, plan};
-      metas = where = plan = nullptr;
-      PyObject* rec = named(S.queued, 9, items);
+                            key, Py_NewRef(outs), metas, Py_NewRef(s_t), where, plan};
+      key = metas = where = plan = nullptr;
+      PyObject* rec = untracked(named(S.queued, 9, items));
       ok = rec && PyList_Append(records, rec) == 0;
       Py_XDECREF(rec);
     }
+    Py_XDECREF(key);
     Py_XDECREF(metas);
     Py_XDECREF(where);
     Py_XDECREF(plan);
@@ -656,6 +667,7 @@ void configure(py::dict o) {
 
 void init_deferral(py::module_& m) {
   s_node = intern("node");
+  s_key = intern("key");
   s_records = intern("records");
   s_producers = intern("producers");
   s_depth = intern("depth");
