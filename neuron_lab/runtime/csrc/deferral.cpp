@@ -69,16 +69,6 @@ PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fa
     *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride,
     *s_storage_offset, *s_x;
 
-// `o` (may be null) taken off the cycle collector's lists: for the objects a deferred op keeps
-// until its region launches that cannot be part of a reference cycle (weak references without a
-// callback, the records and producer entries that only the engine refers to). Tracked, each
-// would be scanned by every young collection until the launch and promoted on the way, and the
-// promotions made CPython run a full collection every ~100 steps of a training loop.
-PyObject* untracked(PyObject* o) {
-  if (o != nullptr && PyObject_GC_IsTracked(o)) PyObject_GC_UnTrack(o);
-  return o;
-}
-
 bool mode_is_adaptive() {
   PyObject* v = PyObject_GetAttr(S.mode, s_value);
   if (v == nullptr) return false;

@@ -54,10 +54,10 @@ PyObject* int_tuple(c10::IntArrayRef v) {
 
 // producers[id(o)] = Produced(pos, 0, weakref(o), r); false with an exception set
 bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* r) {
-  PyObject* wr = PyWeakref_NewRef(o, nullptr);
+  PyObject* wr = untracked(PyWeakref_NewRef(o, nullptr));
   if (wr == nullptr) return false;
   PyObject* items[4] = {Py_NewRef(pos), PyLong_FromLong(0), wr, Py_NewRef(r)};
-  PyObject* entry = named(R.produced, 4, items);
+  PyObject* entry = untracked(named(R.produced, 4, items));
   PyObject* id = entry ? PyLong_FromVoidPtr(o) : nullptr;
   bool ok = id != nullptr && PyDict_SetItem(producers, id, entry) == 0;
   Py_XDECREF(id);
@@ -87,10 +87,10 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     for (PyObject* m : meta) Py_XDECREF(m);
     return nullptr;
   }
-  PyObject* m = named(R.out_meta, 4, meta);
-  PyObject* metas = m ? PyTuple_Pack(1, m) : nullptr;
+  PyObject* m = untracked(named(R.out_meta, 4, meta));
+  PyObject* metas = m ? untracked(PyTuple_Pack(1, m)) : nullptr;
   Py_XDECREF(m);
-  PyObject* outs = metas ? PyList_New(1) : nullptr;
+  PyObject* outs = metas ? untracked(PyList_New(1)) : nullptr;
   if (outs == nullptr) {
     Py_XDECREF(metas);
     return nullptr;
@@ -100,7 +100,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   PyObject* items[9] = {Py_NewRef(argv[0]), Py_NewRef(argv[1]), Py_NewRef(argv[2]),
                         Py_NewRef(argv[3]), outs, metas, Py_NewRef(s_t), Py_NewRef(argv[5]),
                         Py_NewRef(Py_None)};
-  PyObject* rec = named(R.queued, 9, items);
+  PyObject* rec = untracked(named(R.queued, 9, items));
   if (rec == nullptr) return nullptr;
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
