@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ..device import shell
+from . import native
 from .compiler import Plan, arg_at, packed_scalars, scalar_values
 from .pending import alive, fill
 
@@ -19,18 +20,32 @@ class FloatsChanged(Exception):
     whose floats differ: the policy compiles the region again with its floats as data."""
 
 
-def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
-    """The host tensors to call the program with, or None if the aliasing pattern differs.
-    ``packed``: the scalars input to use instead of packing this launch's floats."""
+def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
+    """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host)
+    gives it; None if the tensors alias otherwise than ``pattern`` (the compile-time slots).
+    ``host_inputs`` is its C twin (csrc/records.cpp): ~2.5 us of Python per input, 0.3 ms per
+    W6 step for its ~110 inputs."""
     slots: dict[int, int] = {}
     inputs = []
-    for (i, path), want in zip(plan.occurrences, plan.pattern):
+    for (i, path), want in zip(occurrences, pattern):
         t = arg_at(records[i], path)
         got = slots.setdefault(id(t), len(slots))
         if got != want:
             return None
         if got == len(inputs):
-            inputs.append(shell.host(t))
+            inputs.append(host(t))
+    return inputs
+
+
+host_inputs = native.twin("host_inputs", host_inputs_py)
+
+
+def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
+    """The host tensors to call the program with, or None if the aliasing pattern differs.
+    ``packed``: the scalars input to use instead of packing this launch's floats."""
+    inputs = host_inputs(plan.occurrences, plan.pattern, records, shell.host)
+    if inputs is None:
+        return None
     if plan.scalars:
         inputs.insert(0, packed if packed is not None else packed_scalars(plan.scalars, records))
     return inputs

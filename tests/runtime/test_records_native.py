@@ -1,7 +1,7 @@
 """The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
 
-``record_run`` (capture's record and producer entries), ``live_outputs`` and ``scalar_values``
-are each compared with the Python function of the same name and ``_py`` suffix on real op
+``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values`` and
+``host_inputs`` are each compared with the Python function of the same name and ``_py`` suffix on real op
 outputs; the whole engine with and without the extension is compared on a Transformers model
 in test_fastpath.py.
 """
@@ -13,7 +13,8 @@ import torch
 
 import neuron_lab.runtime as rt
 from neuron_lab.device.opinfo import facts
-from neuron_lab.runtime import compiler, native, pending, record
+from neuron_lab.device import shell
+from neuron_lab.runtime import compiler, fused, native, pending, record
 
 ext = native.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
@@ -114,6 +115,30 @@ def test_scalar_values_equals_the_python_reference():
         ext.scalar_values(((0, 1),), records)
 
 
+def test_host_inputs_equals_the_python_reference():
+    f = facts(aten.add.Tensor)
+    a, b = torch.randn(3).to("neuron"), torch.randn(2, 2).to("neuron")
+    c = torch.randn(4).to("neuron")[1:]                  # a view: its host view is built on demand
+    records = [record.QueuedOp(f, (a, b), None, None, []),
+               record.QueuedOp(f, ([b, a], c), {"other": a}, None, [])]
+    occurrences = ((0, (0, None)), (0, (1, None)), (1, (0, 0)), (1, (0, 1)), (1, (1, None)),
+                   (1, ("other", None)))
+    pattern = (0, 1, 1, 0, 2, 0)
+    want = fused.host_inputs_py(occurrences, pattern, records, shell.host)
+    got = ext.host_inputs(occurrences, pattern, records, shell.host)
+    assert len(got) == len(want) == 3
+    assert all(g is w for g, w in zip(got, want))             # the same cached host views
+    assert torch.equal(got[2], c.cpu())
+    other = (0, 1, 1, 0, 2, 1)                              # aliasing not as compiled: None
+    assert fused.host_inputs_py(occurrences, other, records, shell.host) is None
+    assert ext.host_inputs(occurrences, other, records, shell.host) is None
+    assert ext.host_inputs((), (), records, shell.host) == []
+    with pytest.raises(IndexError):
+        ext.host_inputs(((2, (0, None)),), (0,), records, shell.host)
+    with pytest.raises(TypeError, match="host_inputs"):
+        ext.host_inputs(occurrences, pattern[:2], records, shell.host)
+
+
 def test_the_engine_keeps_the_c_twins_after_a_reset():
     """runtime.reset() refreshes the engine's __dict__; capture's C key builder must survive it
     (it did not: every capture after a reset built its keys in Python)."""
@@ -122,3 +147,4 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     assert record.record_run is ext.record_run
     assert pending.live_outputs is ext.live_outputs
     assert compiler.scalar_values is ext.scalar_values
+    assert fused.host_inputs is ext.host_inputs

@@ -11,12 +11,17 @@
 //       {(op, output)} whose pending storage is still alive.
 //   scalar_values(scalars, records)                                        compiler.scalar_values
 //       the region's data floats in plan order.
+//   host_inputs(occurrences, pattern, records, host)                       fused.host_inputs
+//       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
+//       host tensor (``_d``, else ``host(t)``: shell.host), or None if they alias otherwise.
 //
 // In a captured step these were ~5 us of Python per op (flatten, out_meta, structure_of, the
 // record, two producer entries); in a launch, ~30 us for W1's 64 ops (docs/performance.md).
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <unordered_map>
 
 #include "python_objects.h"   // device/csrc: intern, hold
 
@@ -34,7 +39,7 @@ struct Records {
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
 };
 Records R;
-PyObject *s_t, *s_untyped_storage;
+PyObject *s_t, *s_untyped_storage, *s_d;
 
 constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
@@ -210,6 +215,58 @@ PyObject* scalar_values(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   return out;
 }
 
+// shell.host(t) without a call where t's host view is cached (``t._d`` not None); new reference
+PyObject* host_of(PyObject* t, PyObject* host) {
+  PyObject** dictptr = _PyObject_GetDictPtr(t);
+  if (dictptr != nullptr && *dictptr != nullptr) {
+    PyObject* d = PyDict_GetItemWithError(*dictptr, s_d);   // borrowed
+    if (d != nullptr && d != Py_None) return Py_NewRef(d);
+    if (d == nullptr && PyErr_Occurred()) return nullptr;
+  }
+  return PyObject_CallOneArg(host, t);
+}
+
+PyObject* host_inputs(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 4 || !PyTuple_Check(argv[0]) || !PyTuple_Check(argv[1]) || !PyList_Check(argv[2]) ||
+      PyTuple_GET_SIZE(argv[0]) != PyTuple_GET_SIZE(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: host_inputs(occurrences: tuple, pattern: tuple "
+                                     "of the same length, records: list, host)");
+    return nullptr;
+  }
+  PyObject* inputs = PyList_New(0);
+  if (inputs == nullptr) return nullptr;
+  std::unordered_map<PyObject*, Py_ssize_t> slots;   // tensor -> its input slot (the records
+                                                     // hold every tensor alive meanwhile)
+  for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(argv[0]); ++j) {
+    PyObject* t = arg_at(argv[2], PyTuple_GET_ITEM(argv[0], j));
+    Py_ssize_t want = t ? PyLong_AsSsize_t(PyTuple_GET_ITEM(argv[1], j)) : -1;
+    if (t == nullptr || (want == -1 && PyErr_Occurred())) {
+      Py_XDECREF(t);
+      Py_DECREF(inputs);
+      return nullptr;
+    }
+    auto found = slots.emplace(t, static_cast<Py_ssize_t>(slots.size()));
+    Py_ssize_t got = found.first->second;
+    if (got != want) {   // the inputs alias otherwise than when the program was compiled
+      Py_DECREF(t);
+      Py_DECREF(inputs);
+      Py_RETURN_NONE;
+    }
+    if (found.second) {
+      PyObject* h = host_of(t, argv[3]);
+      if (h == nullptr || PyList_Append(inputs, h) < 0) {
+        Py_XDECREF(h);
+        Py_DECREF(t);
+        Py_DECREF(inputs);
+        return nullptr;
+      }
+      Py_DECREF(h);
+    }
+    Py_DECREF(t);
+  }
+  return inputs;
+}
+
 PyMethodDef record_run_def = {
     "record_run", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&record_run)),
     METH_FASTCALL, "record_run(facts, targs, tkw, key, out, where, records, producers): "
@@ -219,6 +276,9 @@ PyMethodDef live_outputs_def = {"live_outputs", reinterpret_cast<PyCFunction>(&l
 PyMethodDef scalar_values_def = {
     "scalar_values", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&scalar_values)),
     METH_FASTCALL, "scalar_values(scalars, records): compiler.scalar_values in C"};
+PyMethodDef host_inputs_def = {
+    "host_inputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&host_inputs)),
+    METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
 
 void configure_records(py::dict o) {
   hold(R.queued, o["queued"]);
@@ -238,9 +298,10 @@ void configure_records(py::dict o) {
 void init_records(py::module_& m) {
   s_t = intern("t");
   s_untyped_storage = intern("untyped_storage");
+  s_d = intern("_d");
   m.def("configure_records", &configure_records,
         "configure_records({queued, produced, out_meta, ref, host_only, python}) (record.py)");
-  for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def})
+  for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def, &host_inputs_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
 }
 
