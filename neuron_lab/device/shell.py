@@ -45,6 +45,7 @@ _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
 _bind = None             # native bind_storage(device_storage, host_storage), when built
 _bound = None            # native host_storage(device_storage): the host storage bound in C++
+_host_view = None        # native host_view(tensor): _recover's common case in C++
 _NOT_OURS = object()
 
 
@@ -57,8 +58,8 @@ def bind(st, host_storage) -> None:
 
 
 def use_native(ext) -> None:
-    global _bind, _bound
-    _bind, _bound = ext.bind_storage, ext.host_storage
+    global _bind, _bound, _host_view
+    _bind, _bound, _host_view = ext.bind_storage, ext.host_storage, ext.host_view
 
 
 def host_storage(st, missing=0):
@@ -212,6 +213,13 @@ def host(s: torch.Tensor) -> torch.Tensor:
 
 
 def _recover(s: torch.Tensor):
+    """``host``'s view of a shell without a cached one (a tensor the direct kernel made, or one
+    autograd made anew): built on its storage's host bytes and cached in ``s._d``."""
+    if _host_view is not None:
+        d = _host_view(s)
+        if d is not None:
+            s._d = d
+            return d
     hs = host_storage(s.untyped_storage(), _NOT_OURS)
     if hs is _NOT_OURS:
         raise RuntimeError(

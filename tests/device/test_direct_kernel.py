@@ -308,3 +308,26 @@ def test_python_scalars_reach_the_python_kernel_as_the_same_python_numbers():
     want = [x_cpu * 1.5, x_cpu + 2, x_cpu.mul(True), torch.view_as_real(c * 2j)]
     for got, w in zip(outs, want):
         assert torch.equal(got.cpu(), w)
+
+
+def test_host_view_in_c_is_the_view_recover_builds_in_python(eager, monkeypatch):
+    """shell._recover's C path (direct.cpp host_view) against its Python path, on tensors the
+    direct kernel made (no cached host view): dense, a strided view with an offset, a negative
+    view; a pending tensor has none."""
+    a = torch.randn(4, 6).to("neuron")
+    made = [a * 2, (a + 1).t()[1:, 2:], torch._neg_view(a - 1)]
+    for x in made:
+        assert "_d" not in x.__dict__
+        got = ext.host_view(x)
+        with monkeypatch.context() as m:
+            m.setattr(shell, "_host_view", None)
+            want = shell._recover(x)
+        assert type(got) is torch.Tensor and got.device.type == "cpu"
+        assert (got.data_ptr(), got.shape, got.stride(), got.storage_offset(), got.dtype) == \
+            (want.data_ptr(), want.shape, want.stride(), want.storage_offset(), want.dtype)
+        assert got.is_neg() == want.is_neg() and not got.requires_grad
+        assert torch.equal(got.resolve_neg(), want.resolve_neg())
+    fresh = a * 3                                   # the C path caches the view it builds
+    assert shell.host(fresh) is fresh._d and torch.equal(fresh._d, a.cpu() * 3)
+    assert ext.host_view(shell.pending_dense((2, 3), torch.float32)) is None   # no bytes yet
+    assert ext.host_view(torch.randn(2)) is None    # not a neuron tensor
