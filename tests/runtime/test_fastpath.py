@@ -233,7 +233,7 @@ def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
         assert not gc.is_tracked(rec.outs) and not gc.is_tracked(rec.outs[0])
         assert not any(gc.is_tracked(r) for r in rec.outs[0])
         assert not gc.is_tracked(rec.args)
-        assert rec.key is node.key            # the trie's own key object
+        assert rec.key is node.key and not gc.is_tracked(rec.key)   # the trie's own key
         node = None if node is None else _parent(eng, node)
     first_c = len(eng.records) - fast        # the ops deferred in C: the last `fast` records
     entries = [p for p in eng.producers.values() if p.pos >= first_c]

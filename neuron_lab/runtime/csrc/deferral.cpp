@@ -149,7 +149,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
       if (ppos == -1 && PyErr_Occurred()) return false;
       PyObject* dist = PyLong_FromSsize_t(pos - ppos);
       if (dist == nullptr) return false;
-      *key = PyTuple_Pack(3, s_r, dist, PyTuple_GET_ITEM(p, 1));
+      *key = untracked(PyTuple_Pack(3, s_r, dist, PyTuple_GET_ITEM(p, 1)));
       Py_DECREF(dist);
       if (*key == nullptr) return false;
       *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
@@ -176,7 +176,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     PyObject* shape = PyObject_GetAttr(a, s_shape);
     PyObject* stride = shape ? PyObject_CallMethodNoArgs(a, s_stride) : nullptr;
     PyObject* offset = stride ? PyObject_CallMethodNoArgs(a, s_storage_offset) : nullptr;
-    *key = offset ? PyTuple_Pack(5, s_x, shape, stride, offset, dtype) : nullptr;
+    *key = offset ? untracked(PyTuple_Pack(5, s_x, shape, stride, offset, dtype)) : nullptr;
     Py_XDECREF(shape);
     Py_XDECREF(stride);
     Py_XDECREF(offset);
@@ -198,13 +198,13 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     if (ints) {   // sizes, dims: ("ints", values)
       PyObject* values = PyList_AsTuple(a);
       if (values == nullptr) return false;
-      *key = PyTuple_Pack(2, s_ints, values);
+      *key = untracked(PyTuple_Pack(2, s_ints, values));
       Py_DECREF(values);
       if (*key == nullptr) return false;
       *tmpl = Py_NewRef(a);
       return true;
     }
-    PyObject* keys = PyTuple_New(n);
+    PyObject* keys = untracked(PyTuple_New(n));
     PyObject* tmpls = untracked(t == &PyList_Type ? PyList_New(n) : PyTuple_New(n));
     if (keys == nullptr || tmpls == nullptr) {
       Py_XDECREF(keys);
@@ -227,7 +227,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     return true;
   }
   if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type) {   // (type, value)
-    *key = pack2(reinterpret_cast<PyObject*>(t), a);
+    *key = untracked(pack2(reinterpret_cast<PyObject*>(t), a));
     if (*key == nullptr) return false;
     *tmpl = Py_NewRef(a);
     return true;
@@ -248,12 +248,14 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
   return true;
 }
 
-// (key, templates, kwarg templates) as record.describe builds them; nullptr + exception.
+// (key, templates, kwarg templates) as record.describe builds them; nullptr + exception. The
+// key's tuples and the templates are untracked (python_objects.h): capture keeps them in the
+// region cache for good, and none can be part of a cycle.
 PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
                    PyObject* producers, bool floats) {
   Py_ssize_t n = PyTuple_GET_SIZE(args);
   Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
-  PyObject* keys = PyTuple_New(n + nkw);
+  PyObject* keys = untracked(PyTuple_New(n + nkw));
   PyObject* targs = untracked(PyTuple_New(n));
   PyObject* tkw = nullptr;
   PyObject* names = nullptr;
@@ -274,7 +276,7 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
       PyObject* value = PyDict_GetItemWithError(kwargs, name);
       if (value == nullptr) goto fail;
       if (!describe_arg(value, pos, producers, floats, false, &k, &v)) goto fail;
-      PyObject* named_key = PyTuple_Pack(2, name, k);
+      PyObject* named_key = untracked(PyTuple_Pack(2, name, k));
       Py_DECREF(k);
       int bad = named_key == nullptr || PyDict_SetItem(tkw, name, v) < 0;
       Py_DECREF(v);
@@ -288,7 +290,7 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
     Py_DECREF(names);
   }
   {
-    PyObject* key = PyTuple_Pack(2, f, keys);
+    PyObject* key = untracked(PyTuple_Pack(2, f, keys));
     Py_DECREF(keys);
     if (key == nullptr) {
       Py_DECREF(targs);
