@@ -38,7 +38,7 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import knobs, pending, policy, replay
+from . import knobs, native, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
@@ -47,8 +47,8 @@ from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe
 Tensor = torch.Tensor
 _execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
 _executed = tracking.executed
-_pending = shell.pending
-_pending_dense = shell.pending_dense
+_pending = native.twin("pending", shell.pending)       # C twins: deferral.cpp (Engine._defer's
+_pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
 _wref = weakref.ref
 _tuple_new = tuple.__new__

@@ -206,6 +206,34 @@ def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
     assert torch.equal(y.cpu(), (x_cpu * 2.0).t()[1:, ::2])
 
 
+@pytest.mark.parametrize("size, stride, offset", [
+    ((3, 4), (4, 1), 0),          # dense
+    ((4, 3), (1, 4), 0),          # a transpose
+    ((2, 3), (4, 1), 5),          # at an offset
+    ((2, 1, 3), (3, 3, 1), 0),    # torch's contiguous strides, a size-1 dimension's included
+    ((2, 1, 3), (3, 1, 1), 0),    # the same sizes, another stride on the size-1 dimension
+    ((0, 3), (3, 1), 0),          # empty
+])
+def test_pending_shells_made_in_c_are_the_shells_python_makes(size, stride, offset):
+    """Engine._defer's shells for ops with several outputs (deferral.cpp pending and
+    pending_dense against shell.pending and shell.pending_dense)."""
+    from neuron_lab.device import shell
+    pairs = [(ext.pending(size, stride, torch.float16, offset),
+              shell.pending(size, stride, torch.float16, offset))]
+    if offset == 0 and stride == torch.empty(size).stride():
+        pairs.append((ext.pending_dense(torch.Size(size), torch.float16),
+                      shell.pending_dense(size, torch.float16)))
+    for got, want in pairs:
+        for t in (got, want):
+            assert t.__dict__.get("_d", 0) is None and getattr(t.untyped_storage(), "_h", 0) is None
+        g, w = got.untyped_storage(), want.untyped_storage()
+        assert (got.shape, got.stride(), got.storage_offset(), got.dtype, got.device) == \
+            (want.shape, want.stride(), want.storage_offset(), want.dtype, want.device)
+        assert (g.nbytes(), g.resizable(), g.device) == (w.nbytes(), w.resizable(), w.device)
+    with pytest.raises(ValueError, match="lengths"):
+        ext.pending((2, 3), (1,), torch.float32)
+
+
 def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
     """What a deferred op keeps until its region launches (record, producer entries, weak
     references, templates) is untracked, and the record holds the trie's key, not a copy: else

@@ -148,3 +148,5 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     assert pending.live_outputs is ext.live_outputs
     assert compiler.scalar_values is ext.scalar_values
     assert fused.host_inputs is ext.host_inputs
+    from neuron_lab.runtime import adaptive
+    assert (adaptive._pending, adaptive._pending_dense) == (ext.pending, ext.pending_dense)
