@@ -336,13 +336,10 @@ bool int_vector(PyObject* tuple, std::vector<int64_t>* out) {
 // predicted size, stride and offset on a storage without bytes (they come when the region runs):
 // dense, create_empty_tensor's (an empty storage of the device's shell allocator); strided, an
 // unresizable storage of the bytes the strides span (_construct_storage_from_data_pointer's).
-// (tensor, storage) as new references, or false with an exception set.
-bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
-               PyObject** t, PyObject** st) {
-  std::vector<int64_t> sizes, strides;
-  if (!int_vector(size, &sizes) || (!dense && !int_vector(stride, &strides))) return false;
-  int64_t off = dense ? 0 : PyLong_AsLongLong(offset);
-  if (off == -1 && PyErr_Occurred()) return false;
+// (tensor, storage) as new references, or false with an exception set. `strides` and `off` are
+// read only when not dense.
+bool make_shell(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                int64_t off, PyObject* dtype, bool dense, PyObject** t, PyObject** st) {
   if (Py_TYPE(dtype) != S.dtype_type) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's dtype must be a torch.dtype");
     return false;
@@ -370,6 +367,16 @@ bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dty
   }
   if (*st == nullptr) Py_CLEAR(*t);
   return *t != nullptr;
+}
+
+// make_shell from a FastOut's Python size, stride and offset (tuples and an int).
+bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
+               PyObject** t, PyObject** st) {
+  std::vector<int64_t> sizes, strides;
+  if (!int_vector(size, &sizes) || (!dense && !int_vector(stride, &strides))) return false;
+  int64_t off = dense ? 0 : PyLong_AsLongLong(offset);
+  if (off == -1 && PyErr_Occurred()) return false;
+  return make_shell(sizes, strides, off, dtype, dense, t, st);
 }
 
 PyObject* set_attr_none(PyObject* o, PyObject* name) {
@@ -632,15 +639,17 @@ PyObject* pending_shell(PyObject* size, PyObject* stride, PyObject* dtype, PyObj
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure() first");
     return nullptr;
   }
+  std::vector<int64_t> sizes, strides;
+  int64_t off = 0;
+  if (!int_vector(size, &sizes)) return nullptr;
   bool dense = true;
   if (stride != nullptr) {
-    std::vector<int64_t> sizes, strides;
-    if (!int_vector(size, &sizes) || !int_vector(stride, &strides)) return nullptr;
+    if (!int_vector(stride, &strides)) return nullptr;
     if (strides.size() != sizes.size()) {
       PyErr_SetString(PyExc_ValueError, "neuron_lab: pending: size and stride lengths differ");
       return nullptr;
     }
-    int64_t off = PyLong_AsLongLong(offset);
+    off = PyLong_AsLongLong(offset);
     if (off == -1 && PyErr_Occurred()) return nullptr;
     int64_t expect = 1;
     dense = off == 0;
@@ -650,7 +659,7 @@ PyObject* pending_shell(PyObject* size, PyObject* stride, PyObject* dtype, PyObj
     }
   }
   PyObject *t = nullptr, *st = nullptr;
-  if (!new_shell(size, stride, offset, dtype, dense, &t, &st)) return nullptr;
+  if (!make_shell(sizes, strides, off, dtype, dense, &t, &st)) return nullptr;
   bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(t, s_d) != nullptr;
   Py_DECREF(st);
   if (!ok) Py_CLEAR(t);
