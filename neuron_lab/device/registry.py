@@ -8,7 +8,10 @@ stops short, ``patches`` (accelerator, tensor, data_ptr) and ``serialization`` (
 patch PyTorch's Python API narrowly.
 
 ``scaled_dot_product_attention`` picks its kernel through a C++ DispatchStub a Python backend
-cannot fill; ``_sdpa`` makes CPU's choice so results stay bitwise CPU's.
+cannot fill; ``_sdpa`` makes CPU's choice so results stay bitwise CPU's. On the CUDA executor it
+takes the math path (the decomposition into matmuls and softmax, run by the GPU): CPU's fused
+kernel has no CUDA implementation, and CUDA's choice among its own (flash, memory-efficient,
+cuDNN) is not mirrored here, so results are those of CUDA's math backend, not its fused kernels.
 """
 from __future__ import annotations
 
@@ -148,7 +151,10 @@ def _register_kernels(direct=None) -> int:
 
 def _hints(sizes) -> list:
     """Concrete sizes for symbolic ones (their example values while tracing)."""
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
+    try:
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+    except ImportError:                                   # torch < 2.13
+        from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
     return [s if type(s) is int else optimization_hint(s, fallback=8) for s in sizes]
 
 
@@ -162,8 +168,12 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
     """``scaled_dot_product_attention`` as on CPU. Its C++ decomposition asks a DispatchStub
     for the backend, which a Python backend cannot register, so on ``neuron`` it would always
     take the math path while CPU takes its flash kernel (results differ in the last bits).
-    Here the choice is CPU's (``_fused_sdp_choice`` runs on the host data) and so is the kernel."""
+    Here the choice is CPU's (``_fused_sdp_choice`` runs on the host data) and so is the kernel.
+    A host executor other than the CPU takes the math path (module header)."""
     aten = torch.ops.aten
+    if executor.host_device().type != "cpu":
+        return aten._scaled_dot_product_attention_math(
+            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
     def cpu_view(t):
         """A CPU stand-in with what CPU's choice looks at (sizes, strides, dtype,

@@ -2,7 +2,7 @@
 
 A launch never waits for a compile: until ``region.program`` is set the region runs per-op.
 A failure marks the region per-op for good and records the error (results never change).
-``NEURON_LAB_SYNC_COMPILE=1`` compiles in the caller's thread (deterministic tests).
+``NEURON_LAB_SYNC_COMPILE=1`` makes the caller wait for each compile (deterministic tests).
 
 Sharing the GIL. A compile is seconds of Python (AOTAutograd tracing, inductor's lowering) that
 holds the GIL; every op the user's thread issues releases the GIL inside PyTorch's bindings and
@@ -161,7 +161,13 @@ def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -
     _add("compiles_queued", 1, stats)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="queued", error=None)
     if knobs.SYNC_COMPILE.get():
-        _compile(region, gm, examples, stats, largest, floats)
+        # In a thread of its own, joined: a launch can happen inside a device kernel (a boundary
+        # op flushes the queue), whose dispatch state (the Python key excluded, as in every
+        # kernel) a compile must not inherit: FakeTensorMode refuses to start under it.
+        t = threading.Thread(target=_compile, args=(region, gm, examples, stats, largest, floats),
+                             name="neuron_lab-compile-sync")
+        t.start()
+        t.join()
         return
     with _lock:
         if _thread is None or not _thread.is_alive():

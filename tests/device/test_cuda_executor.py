@@ -85,3 +85,23 @@ def test_cuda_executor_trains_like_cuda(tmp_path):
 def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
     p = _run("import torch, neuron_lab; torch.ones(1, device='neuron')", NEURON_LAB_EXECUTOR="cuda")
     assert p.returncode != 0 and "torch.cuda.is_available() is False" in p.stderr
+
+
+def test_sdpa_takes_the_math_path_on_a_host_executor_other_than_the_cpu(monkeypatch, eager):
+    """CPU's fused attention kernel has no CUDA implementation: on the CUDA executor
+    ``scaled_dot_product_attention`` runs the math decomposition (seen failing on an H200:
+    "_scaled_dot_product_flash_attention_for_cpu has no kernel"). Checked here on the CPU
+    with registry's view of the host executor swapped; the results equal CPU's math path."""
+    import types
+
+    import neuron_lab
+    from neuron_lab.device import registry
+    monkeypatch.setattr(registry, "executor",
+                        types.SimpleNamespace(host_device=lambda: torch.device("cuda", 0)))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, generator=g) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.to("neuron"), k.to("neuron"), v.to("neuron"), is_causal=True)
+    ref = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]
+    assert torch.equal(out.cpu(), ref)
+    assert not any("flash_attention_for_cpu" in op for op in neuron_lab.executed_ops())
