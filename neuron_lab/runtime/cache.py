@@ -67,7 +67,7 @@ class Region:
         self.hits = 0
         self.status = Status.RECORDED
         self.program: Any = None        # compiled fused callable
-        self.relayout: Any = None       # (program, fused.misplaced outputs) at its first launch
+        self.relayout: Any = None       # (program, layout.misplaced outputs), first launch
         self.plan: Any = None           # compiler.Plan: inputs/outputs wiring
         self.error: str | None = None
         self.per_op_s: list[float] = []

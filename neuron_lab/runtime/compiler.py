@@ -44,7 +44,9 @@ from torch import fx
 from ..device import shell
 from ..device.executor import host_device
 from . import knobs, native
-from .record import Ref
+from .layout import strided_copy
+from .opaque import OPAQUE
+from .record import Ref, contiguous_strides
 
 Tensor = torch.Tensor
 
@@ -114,6 +116,38 @@ _PER_TENSOR = {"add": ("Scalar", None), "sub": ("Scalar", None), "mul": ("Scalar
                "addcmul": ("default", "value")}
 
 
+_CAT, _CLONE = torch.ops.aten.cat.default, torch.ops.aten.clone.default
+
+
+def _size_dtype(a, records: list) -> tuple:
+    """(size, dtype) of a record's tensor argument: a queued output (Ref) or a region input."""
+    if type(a) is Ref:
+        m = records[a.pos].metas[a.k]
+        return tuple(m.size), m.dtype
+    return tuple(a.shape), a.dtype
+
+
+def cat_of_one(rec, records: list):
+    """For a ``cat`` whose tensors but one are empty, the index of that one, if eager gives a
+    contiguous result; else None. Inductor's decomposition of such a ``cat`` is ``clone()``,
+    which keeps a non-contiguous input's strides where eager's ``cat`` returns a contiguous
+    tensor (Transformers' ``DynamicCache.update``: the empty cache and transposed keys), and a
+    later op recorded with eager's strides (``_reshape_alias``) then fails to trace. ``build``
+    writes it as a contiguous ``clone``."""
+    tensors = rec.args[0]
+    dim = rec.args[1] if len(rec.args) > 1 else (rec.kwargs or {}).get("dim", 0)
+    m = rec.metas[0]
+    if m is None or not m.size or tuple(m.stride) != contiguous_strides(m.size):
+        return None
+    dim %= len(m.size)
+    found = [_size_dtype(a, records) for a in tensors]
+    kept = [j for j, (sz, _) in enumerate(found)
+            if not (len(sz) == 1 and sz[0] == 0) and not (dim < len(sz) and sz[dim] == 0)]
+    if len(kept) != 1 or len(tensors) < 2 or found[kept[0]][1] != m.dtype:
+        return None                                  # a dtype promotion: leave it to cat
+    return kept[0]
+
+
 def scalar_list_per_tensor(g: fx.Graph, target, args: tuple, kwargs: dict) -> list | None:
     """A foreach op with one scalar per tensor (``_foreach_div_.ScalarList``: AdamW's bias
     corrections, ``_foreach_addcdiv_.ScalarList``: its step sizes) as one ATen op per tensor in
@@ -160,9 +194,10 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
             if sid is None:
                 sid = slots[id(a)] = len(slots)
                 placeholders.append(g.placeholder(f"in{sid}"))
-                h = shell.host(a)
-                examples.append(torch.empty_strided(h.shape, h.stride(), dtype=h.dtype,
-                                                    device=h.device).copy_(h))
+                h = shell.host(a)      # the example: the input's values and strides, its own
+                ex = strided_copy(h, h.shape, h.stride(), 0)       # storage (compiled apart)
+                examples.append(ex if ex is not None else torch.empty_strided(
+                    h.shape, h.stride(), dtype=h.dtype, device=h.device))
             occurrences.append((i, path))
             pattern.append(sid)
             return placeholders[sid]
@@ -184,12 +219,21 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
         if per_tensor is not None:
             node_outs.append(per_tensor)
             continue
-        node = g.call_function(rec.facts.target, args, kwargs)
+        one = cat_of_one(rec, records) if rec.facts.target is _CAT else None
+        if one is not None:
+            node = g.call_function(_CLONE, (args[0][one],),
+                                   {"memory_format": torch.contiguous_format})
+        else:
+            target = rec.facts.target
+            node = g.call_function(OPAQUE.get(target, target), args, kwargs)
         if rec.structure == "t":
             outs = [node]
-        else:
-            if rec.structure[0] == "tuple" and any(s != "t" for s in rec.structure[1]):
+        elif rec.structure[0] == "tuple":    # tensors, and Nones (convolution_backward's mask)
+            if any(s != "t" and s != ("v", None) for s in rec.structure[1]):
                 raise NotImplementedError(f"{rec.facts.name}: mixed tuple returns")
+            outs = [g.call_function(operator.getitem, (node, k)) if s == "t" else None
+                    for k, s in enumerate(rec.structure[1])]
+        else:
             outs = [g.call_function(operator.getitem, (node, k)) for k in range(len(rec.metas))]
         node_outs.append(outs)
     outputs = tuple(sorted(required))

@@ -10,18 +10,17 @@ of an empty KV cache and a transposed key, Transformers' ``DynamicCache.update``
 with the key's strides where eager's ``cat`` is contiguous), but the pending shell was made with
 eager's strides (the op's ``OutMeta``) and everything downstream reads them: the key of a region
 taking the tensor as input, the views other Python objects rebuild on its storage, a later
-program's input guards. At a program's first launch ``misplaced`` finds the outputs it lays out
-otherwise; those are copied into eager's layout at every launch (``relaid``).
+program's input guards. At a program's first launch ``layout.misplaced`` finds the outputs it
+lays out otherwise; those are copied into eager's layout at every launch (``relaid``).
 """
 from __future__ import annotations
 
 import time
 
-import torch
-
 from ..device import shell
 from . import native
 from .compiler import Plan, arg_at, packed_scalars, scalar_values
+from .layout import misplaced, strided_copy
 from .pending import alive, fill
 
 
@@ -75,40 +74,11 @@ def launch_inputs(program, plan: Plan, records: list) -> list | None:
     return gather_inputs(plan, records, program.packed)
 
 
-def _addresses_data(size, stride_a, stride_b) -> bool:
-    """Do strides ``a`` and ``b`` differ in a dimension that addresses data (size > 1)?"""
-    return any(n > 1 and x != y for n, x, y in zip(size, stride_a, stride_b))
-
-
-def misplaced(outputs: tuple, metas: list, outs) -> tuple:
-    """``((position, OutMeta), ...)``: the program's outputs whose layout differs from eager's
-    (their op's OutMeta) in strides or offset. Size-1 dimensions and empty tensors address no
-    data by their strides, so they do not count."""
-    found = []
-    for j, ((i, k), h) in enumerate(zip(outputs, outs)):
-        m = metas[i][k]
-        if m is None or not h.numel():
-            continue
-        if h.storage_offset() != m.offset or _addresses_data(m.size, h.stride(), m.stride):
-            found.append((j, m))
-    return tuple(found)
-
-
 def relaid(h, m):
-    """``h``'s values in a new host tensor laid out as ``m`` (size, stride, offset). Dimensions
-    eager broadcasts (stride 0) are written once; a layout whose elements overlap otherwise
-    (``unfold``-like) keeps ``h``."""
-    span = 1 + sum((n - 1) * s for n, s in zip(m.size, m.stride))
-    out = torch.empty(m.offset + span, dtype=h.dtype, device=h.device)
-    out = out.as_strided(m.size, m.stride, m.offset)
-    dst, src = out, h
-    for d, s in enumerate(m.stride):
-        if s == 0 and m.size[d] > 1:
-            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
-    if torch._debug_has_internal_overlap(dst) != 0:
-        return h
-    dst.copy_(src)
-    return out
+    """``h``'s values in eager's layout ``m`` (an OutMeta); ``h`` itself where that layout
+    cannot be written (``layout.strided_copy``)."""
+    out = strided_copy(h, m.size, m.stride, m.offset)
+    return h if out is None else out
 
 
 def run(region, records: list, needed: set) -> float | None:

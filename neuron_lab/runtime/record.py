@@ -217,7 +217,7 @@ class OutSpec(NamedTuple):
     queueable: bool = True
 
 
-def _contiguous(size) -> tuple:
+def contiguous_strides(size) -> tuple:
     stride, acc = [], 1
     for n in reversed(size):
         stride.append(acc)
@@ -265,7 +265,7 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
             numel = 1
             for n in m.size:
                 numel *= n
-            dense = m.offset == 0 and tuple(m.stride) == _contiguous(m.size)
+            dense = m.offset == 0 and tuple(m.stride) == contiguous_strides(m.size)
             plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize,
                                 dense, m.dtype not in HOST_ONLY))
     return tuple(plan)

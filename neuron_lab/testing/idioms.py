@@ -532,7 +532,7 @@ def run(name: str, mode: str, compile: bool = False):
     """Run idiom ``name`` on CPU and on neuron in ``mode``; a ``zoo.Verdict``."""
     import neuron_lab
 
-    from .zoo import Verdict, device_mode
+    from .zoo import Verdict, device_mode, with_failed_regions
     fn, exact = IDIOMS[name].fn, IDIOMS[name].exact and not compile
     cpu = fn("cpu")
     label = mode + ("+fused" if compile else "")
@@ -544,4 +544,5 @@ def run(name: str, mode: str, compile: bool = False):
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return Verdict(name, label, False, f"{type(e).__name__}: {first[:300]}")
     why = compare(cpu, dev, "neuron", exact=exact)
-    return Verdict(name, label, not why, why)
+    v = Verdict(name, label, not why, why)
+    return with_failed_regions(v) if compile else v

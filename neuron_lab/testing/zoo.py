@@ -14,7 +14,8 @@ What "matches" means (``Verdict``):
   losses within ``rtol=1e-4``; parameters within ``rtol=1e-3, atol=0.1*lr`` after 4 steps
   (AdamW's normalised update ``m/(sqrt(v)+eps)`` turns a last-bit difference in a near-zero
   gradient into a visible fraction of ``lr``: measured up to 2.4e-5 = 0.024*lr on GPT-2); tokens
-  identical.
+  identical; and every region ran fused: one whose compile or fused run failed fell back to
+  per-op (right results, the fused mode's speed lost) and fails the verdict (``failed_regions``).
 
 ``python -m neuron_lab.testing.compat`` runs the zoo into ``docs/compatibility.md``.
 """
@@ -231,13 +232,6 @@ def _close(a: torch.Tensor, b: torch.Tensor, exact: bool, kind: str) -> bool:
     return torch.allclose(a, b, equal_nan=True, **TOL[kind])
 
 
-# Fused-program runs that fail intermittently, with the error: T5 with freshly compiled
-# (not cached) programs once in a few runs fails a .view() in its attention ("view size is not
-# compatible with input tensor's size and stride"): an inductor program's output strides differ
-# from eager's. The runtime's compiler owns it; the slow test marks it xfail (not strict).
-FUSED_FLAKY = {"t5": "view size is not compatible with input tensor's size and stride"}
-
-
 _cpu_cache: dict[str, Trace] = {}
 
 
@@ -261,4 +255,23 @@ def run(name: str, mode: str, compile: bool = False) -> Verdict:
     except Exception as e:                              # the reason goes in the table
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return Verdict(name, label, False, f"{type(e).__name__}: {first[:300]}")
-    return compare(name, cpu, dev, label, exact=not compile)
+    v = compare(name, cpu, dev, label, exact=not compile)
+    return with_failed_regions(v) if compile else v
+
+
+def with_failed_regions(v: Verdict) -> Verdict:
+    """``v``, failed if a region of the run failed (``failed_regions``), those listed."""
+    unfused = failed_regions()
+    if unfused:
+        v.ok = False
+        v.reason = "; ".join(filter(None, [v.reason, *unfused]))
+    return v
+
+
+def failed_regions() -> list[str]:
+    """The regions whose compile or fused run failed, one line each: they fell back to per-op,
+    so results stay right and the fused mode's speed is lost (a failed region is a bug)."""
+    from neuron_lab import runtime
+    return [f"region {r['id']} ({r['ops']} ops from {r['first_ops'][0]}) failed: "
+            f"{(r['error'] or '').splitlines()[0][:160]}"
+            for r in runtime.regions() if r["status"] == "failed"]
