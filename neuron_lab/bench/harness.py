@@ -54,7 +54,7 @@ class Config:
     def make(cls, quick: bool) -> "Config":
         if quick:
             return cls(quick=True, warm_s=0.25, sample_s=0.05, repeats=7, compile_timeout_s=15.0,
-                       settle_rounds=1, sampling_budget_s=3.0, fresh_budget_s=15.0, fresh_steps=10,
+                       settle_rounds=3, sampling_budget_s=3.0, fresh_budget_s=15.0, fresh_steps=10,
                        first_step_repeats=2)
         return cls()
 

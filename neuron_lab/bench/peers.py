@@ -18,7 +18,8 @@ Interface: ``device``; ``active()`` (context for a workload's set-up: the adapti
 from an empty region cache); ``sampling()`` (context for one timed sample); ``compile(fn)`` /
 ``module(m)`` (what torch.compile wraps; identity elsewhere); ``step_end()`` (the per-iteration
 boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
-(adaptive only: wait for background compiles, warm again, until no compile was queued);
+(adaptive only: wait for background compiles, warm again, until no compile was queued and no
+region is in its fused-vs-per-op trial);
 ``cleanup(cfg)`` / ``quiesce(cfg)`` (between peers and between samples: let background compiles
 finish so they do not steal the next peer's core); ``fresh()`` (forget a model: the adaptive
 peer empties its region cache) with ``fresh_repeatable`` (False where in-process compile caches
@@ -82,6 +83,12 @@ class Peer:
         return {}
 
 
+def _trials(runtime) -> int:
+    """Regions whose fused-vs-per-op trial (runtime.policy) is still running: their launches
+    alternate kinds, so a sample taken now is not the steady state."""
+    return sum(r["status"] == "trial" for r in runtime.regions())
+
+
 class NeuronEager(Peer):
     name, device = "neuron_eager", "neuron"
     mode = "eager"
@@ -122,10 +129,11 @@ class NeuronAdaptive(NeuronEager):
             info["drained"] = runtime.wait_compiles(cfg.compile_timeout_s) and info["drained"]
             per = warm()
             info["rounds"] += 1
-            if runtime.stats()["compiles_queued"] == queued:
+            if runtime.stats()["compiles_queued"] == queued and not _trials(runtime):
                 break
         info["seconds"] = time.perf_counter() - t0
         info["pending_at_measure"] = runtime.stats()["compiles_pending"]
+        info["trials_at_measure"] = _trials(runtime)
         info["queued_at_measure"] = runtime.stats()["compiles_queued"]
         return per
 
