@@ -122,3 +122,31 @@ def test_strided_copy_writes_any_layout_eager_makes():
     out = layout.strided_copy(row, (3, 4), (0, 1), 0)            # broadcast: written once
     assert out.stride() == (0, 1) and torch.equal(out, row)
     assert layout.strided_copy(torch.arange(3.), (3, 2), (1, 1), 0) is None   # overlapping
+
+
+def test_an_output_a_program_lays_out_otherwise_gets_eagers_layout(monkeypatch):
+    """Whatever a program returns, the launch hands out eager's layout: here every 2-d output
+    comes back column-major (values unchanged); the launch copies them (``fused.relaid``)."""
+    from neuron_lab.runtime import compiler
+
+    real = compiler.compile_program
+
+    def column_major(gm, examples, *a, **kw):
+        program = real(gm, examples, *a, **kw)
+
+        def run(*inputs):
+            return tuple(o.t().contiguous().t() if o.dim() == 2 else o for o in program(*inputs))
+        return run
+    monkeypatch.setattr(compiler, "compile_program", column_major)
+    x_cpu = torch.linspace(-1, 1, 48).view(6, 8)
+    x = x_cpu.to("neuron")
+    ref = torch.tanh(x_cpu * 2 + 1) * 3
+    with knobs.TRIALS.scoped(0):
+        for _ in range(5):
+            y = torch.tanh(x * 2 + 1) * 3
+            assert shell.host(y).stride() == (8, 1)
+            torch.testing.assert_close(y.cpu(), ref)
+            torch.testing.assert_close(y.view(-1).cpu(), ref.view(-1))
+    _no_failed_region()
+    (r,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    assert r.relayout[1], "the program's outputs were found misplaced"
