@@ -107,6 +107,7 @@ class Region:
                 "per_op_us": med(self.per_op_s), "fused_us": med(self.fused_s),
                 "compile_s": self.compile_s, "fused_launches": self.fused_launches,
                 "per_op_launches": self.per_op_launches, "error": self.error,
+                "relaid_outputs": len(self.relayout[1]) if self.relayout else 0,
                 "first_ops": self.names[:6]}
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from ..device import shell
-from . import native
+from . import knobs, native
 from .compiler import Plan, arg_at, packed_scalars, scalar_values
 from .layout import misplaced, strided_copy
 from .pending import alive, fill
@@ -95,6 +95,9 @@ def run(region, records: list, needed: set) -> float | None:
     checked = region.relayout
     if checked is None or checked[0] is not program:      # its first launch
         checked = region.relayout = (program, misplaced(plan.outputs, region.metas, outs))
+        if checked[1] and knobs.DEBUG_LEVEL():
+            print(f"[neuron_lab] region {region.id}: its program lays out "
+                  f"{len(checked[1])} output(s) unlike eager; copied at each launch", flush=True)
     if checked[1]:
         outs = list(outs)
         for j, m in checked[1]:
