@@ -86,11 +86,11 @@ def run(region, records: list, needed: set) -> float | None:
     plan = region.plan
     if not needed.issubset(plan.outputs_set):
         return None
-    inputs = launch_inputs(region.program, plan, records)
+    program = region.program    # read once: the inputs (a specialized program's floats) are its
+    inputs = launch_inputs(program, plan, records)
     if inputs is None:
         return None
     t0 = time.perf_counter()
-    program = region.program
     outs = program(*inputs)
     checked = region.relayout
     if checked is None or checked[0] is not program:      # its first launch
