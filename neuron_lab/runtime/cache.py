@@ -81,6 +81,8 @@ class Region:
         self.per_op_launches = 0
         self.floats_seen: Any = None    # its data floats while constant (policy rule 6)
         self.floats_before: Any = None  # those of its specialized program, after they changed
+        self.wanted: frozenset = frozenset()  # outputs launches needed beyond a program's (rule 7)
+        self.widened = 0                # recompiles for them (policy rule 7)
 
     def move(self, to: Status, error: str | None = None) -> bool:
         """The one place a region's status changes (``status.NEXT`` lists the transitions).
@@ -108,6 +110,7 @@ class Region:
                 "compile_s": self.compile_s, "fused_launches": self.fused_launches,
                 "per_op_launches": self.per_op_launches, "error": self.error,
                 "relaid_outputs": len(self.relayout[1]) if self.relayout else 0,
+                "widened": self.widened,
                 "first_ops": self.names[:6]}
 
 

@@ -25,6 +25,12 @@ The rule (thresholds are knobs, see ``knobs.py``):
    (faster kernels), guarded at each launch; the first launch whose floats differ runs per-op
    and sends the region back to ``recorded``, to be compiled with its floats as data (one more
    compile for an lr schedule that holds its value a while, then moves).
+7. A program returns the region's values that were alive when it was compiled. A launch that
+   needs one it does not return (a result the loop discarded while the region compiled and
+   keeps now: a loss logged from some step on) runs per-op and sends the region back to
+   ``recorded``, to be compiled returning those values too (``Region.wanted``, the union of
+   every launch's needs so far). At most ``WIDEN_MAX`` times per region: past that, such a
+   launch runs per-op and the program stays for the launches it serves.
 
 The states and their transitions are ``status.py``'s.
 """
@@ -113,6 +119,8 @@ def run(region, records, needed, stats) -> tuple[float, bool]:
 def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tuple[float, bool]:
     n = len(records)
     if region.program is not None and region.status in (Status.TRIAL, Status.FUSED):
+        if not needed.issubset(region.plan.outputs_set):
+            return _outputs_missing(region, records, needed, stats)
         if knobs.VERIFY.get() and region.verified < knobs.VERIFY_LAUNCHES.get():
             try:
                 dt = _verified(region, records, needed, stats)
@@ -150,6 +158,21 @@ def _floats_changed(region, records, stats) -> tuple[float, bool]:
     region.program = None
     region.trial = 0
     region.move(Status.RECORDED)
+    return _per_op(region, records, stats)
+
+
+WIDEN_MAX = 4
+
+
+def _outputs_missing(region, records, needed, stats) -> tuple[float, bool]:
+    """Rule 7: this launch needs values the program does not return. It runs per-op; the
+    region goes back to ``recorded`` to be compiled returning them too (``WIDEN_MAX`` times)."""
+    if region.widened < WIDEN_MAX:
+        region.widened += 1
+        region.wanted = region.wanted | region.plan.outputs_set | needed
+        region.program = None
+        region.trial = 0
+        region.move(Status.RECORDED)
     return _per_op(region, records, stats)
 
 
@@ -224,7 +247,7 @@ def maybe_compile(region, records, needed, stats) -> None:
                                                        or worker.has_room()):
         return
     try:
-        gm, plan, examples = compiler.build(records, needed)
+        gm, plan, examples = compiler.build(records, needed | region.wanted)
     except Exception as e:  # noqa: BLE001 - cannot express the region as a graph: per-op
         region.move(Status.FAILED, f"build: {type(e).__name__}: {e}")
         worker._add("compiles_failed", 1, stats)

@@ -10,6 +10,7 @@
                                   ^---- run failed / verify mismatch -- trial, fused
     slower --backoff--> trial
     trial, fused --constant floats changed--> recorded   (compiled again, floats as data)
+    trial, fused --a launch needs an output the program lacks--> recorded   (compiled again)
 
     any status --cache eviction--> evicted
 

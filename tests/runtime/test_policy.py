@@ -89,3 +89,68 @@ def test_backoff_doubles_when_per_op_wins_again(timings):
         for _ in range(policy.RETRY_AFTER + 5):
             _step(x)
         assert r.status is Status.SLOWER and r.backoff == 2 * policy.RETRY_AFTER
+
+
+def _chain(x):
+    return ((x * 2 + 1).sin() * 3).cos() - 0.5
+
+
+def test_a_launch_needing_an_output_the_program_lacks_recompiles_it():
+    """Rule 7. The region compiles while the loop discards its result; then the loop keeps it.
+    Before: every later launch needed a value the program does not return and ran per-op for
+    good while the region said ``fused``. Now the region is compiled again returning it too."""
+    x = torch.randn(64).to("neuron")
+    with knobs.TRIALS.scoped(0):
+        for _ in range(4):                  # compiled (needs nothing), fused
+            _chain(x)
+            runtime.sync()
+        (reg,) = runtime.engine.cache.regions()
+        assert reg.status is Status.FUSED and reg.plan.outputs == ()
+        fused_before = reg.fused_launches
+        kept = []
+        for _ in range(4):                  # now the result is kept: recompiled, fused again
+            kept.append(_chain(x))
+            runtime.sync()
+        assert reg.widened == 1 and reg.status is Status.FUSED
+        assert reg.plan.outputs == ((reg.ops - 1, 0),)
+        assert reg.fused_launches > fused_before
+        last_fused = reg.fused_launches
+        kept.append(_chain(x))
+        runtime.sync()
+        assert reg.fused_launches == last_fused + 1
+    want = ((x.cpu() * 2 + 1).sin() * 3).cos() - 0.5
+    for k in kept:
+        torch.testing.assert_close(k.cpu(), want)
+
+
+def test_recompiles_for_outputs_are_bounded(monkeypatch):
+    """A loop that keeps a different value each launch widens the program at most WIDEN_MAX
+    times; past that such launches run per-op, with right values."""
+    monkeypatch.setattr(policy, "WIDEN_MAX", 1)
+    x = torch.randn(64).to("neuron")
+
+    def chain_keeping(k):
+        vals = [x * 2]
+        for _ in range(5):
+            vals.append(vals[-1].sin() + 0.5)
+        out = vals[k]
+        del vals
+        runtime.sync()
+        return out
+    with knobs.TRIALS.scoped(0):
+        for _ in range(4):
+            chain_keeping(5)
+        (reg,) = runtime.engine.cache.regions()
+        assert reg.status is Status.FUSED
+        chain_keeping(4)                    # op 8's output is not returned: recompiled
+        chain_keeping(5)
+        assert reg.widened == 1 and reg.status is Status.FUSED
+        assert set(reg.plan.outputs) >= {(reg.ops - 1, 0), (reg.ops - 3, 0)}
+        per_op = reg.per_op_launches
+        got = chain_keeping(2)              # a third value: per-op, no further recompile
+        assert reg.widened == 1 and reg.per_op_launches == per_op + 1
+        assert reg.status is Status.FUSED
+    want = x.cpu() * 2
+    for _ in range(2):
+        want = want.sin() + 0.5
+    torch.testing.assert_close(got.cpu(), want)
