@@ -332,11 +332,13 @@ def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
 
 
 def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
-                    fixed: list | None = None, fallback: list | None = None):
+                    fixed: list | None = None, fallback: list | None = None,
+                    packed_fails: bool = False):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
     ``fixed``: the region's floats were constant (these values): specialize them. If the floats
     cannot be data, the program is specialized too (``Specialized``; see the module header), on
     ``fallback`` (the values a specialized program of the region had) or this launch's.
+    ``packed_fails``: the compile helper found they cannot be data; do not try again.
 
     Regions whose tensors are all small are compiled single-threaded: OpenMP fork/join costs
     more than the work (measured, 65 ops on 1 K floats, 2 cores: 390-730 us with 2 threads vs
@@ -350,11 +352,13 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
     if fixed is not None:         # fake examples with a ShapeEnv: inductor's caches need one
         return Specialized(_inductor(_specialize(gm, fixed), _fake(examples), largest), fixed,
                            chosen=True)
-    try:                                                   # packed floats (see module header)
-        return _inductor(copy.deepcopy(gm), _fake(examples), largest)
-    except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard at launch
-        values = fallback if fallback is not None else examples[0].tolist()
-        return Specialized(_inductor(_specialize(gm, values), _fake(examples), largest), values)
+    if not packed_fails:
+        try:                                               # packed floats (see module header)
+            return _inductor(copy.deepcopy(gm), _fake(examples), largest)
+        except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard them
+            pass
+    values = fallback if fallback is not None else examples[0].tolist()
+    return Specialized(_inductor(_specialize(gm, values), _fake(examples), largest), values)
 
 
 def _inductor(gm: fx.GraphModule, examples: list, largest: int):

@@ -35,6 +35,10 @@ COMPILE_THREADS = Knob("NEURON_LAB_COMPILE_THREADS", 1, int, minimum=1,
                        doc="inductor's compile workers for the runtime's background compiles "
                            "(1: in the compile thread; more start a process pool that competes "
                            "with the user's loop for cores)")
+COMPILE_HELPER = Knob("NEURON_LAB_COMPILE_HELPER", True, boolean,
+                      doc="background compiles run in a helper process; the user's process "
+                          "loads the result from inductor's caches (helper.py; 0: compile in "
+                          "the compile thread)")
 COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,
                      doc="regions waiting for a background compile at most; a region found "
                          "while the queue is full is queued at a later launch")

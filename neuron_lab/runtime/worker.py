@@ -14,6 +14,13 @@ Measured (2 cores, empty cache, 4 regions compiling behind a 300-op AdamW notebo
 takes ~100 ms idle): runs during the compiles took 433/1110/890 ms at 5 ms, 208/210/252/479 ms
 at 200 us, 189/184/155/148 ms at 50 us; the compiles took the same 22 s in all three.
 
+The compile itself runs in a helper process (``helper.py``, ``NEURON_LAB_COMPILE_HELPER``): the
+worker thread waits for it with the GIL released, then compiles the same graph here, which
+loads the program from the caches the helper wrote. Bench W7 (W3's step while its regions
+compile, empty cache, 2 cores), two runs each: 1.31x and 1.32x the eager step without the
+helper, 1.12x and 0.89x with it; the slowest step 238-259 ms -> 156-165 ms (the first program
+loaded in a process: inductor's imports and set-up, ~1.9 s of Python here).
+
 Bounds. At most ``NEURON_LAB_COMPILE_QUEUE`` (32) regions wait; a hot region found while the
 queue is full stays ``recorded`` and is queued at a later launch. A region evicted from the
 region cache while it waits is dropped from the queue (outcome ``dropped``), never compiled.
@@ -39,7 +46,7 @@ import traceback
 import torch
 
 from ..device import events
-from . import compiler, knobs
+from . import compiler, helper, knobs
 from .status import Status
 
 _q: queue.Queue = queue.Queue()
@@ -61,8 +68,7 @@ def _compile(region, gm, examples, stats, largest=0, floats=(None, None)) -> Non
     _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
-        with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-            program = compiler.compile_program(gm, examples, largest, *floats)
+        program = _compiled(region, gm, examples, largest, floats)
     except _Cancelled:
         region.move(Status.RECORDED)
         _add("cancelled", 1)
@@ -88,6 +94,23 @@ def _compile(region, gm, examples, stats, largest=0, floats=(None, None)) -> Non
         _add("running", -1)
         _add("queued", -1)
         _add("seconds", time.perf_counter() - t0)
+
+
+def _compiled(region, gm, examples, largest, floats):
+    """The region's program. With the compile helper (``helper.py``; background compiles only)
+    the helper compiles first, outside dynamo's lock, and the compile here loads its result
+    from inductor's caches; after a helper error it compiles here from scratch (the reference).
+    """
+    fixed, fallback = floats
+    packed_fails = False
+    if knobs.COMPILE_HELPER.get() and not knobs.SYNC_COMPILE.get():
+        reply = helper.ask(gm, examples, largest, fixed, fallback)
+        if _closing:                 # shutdown stopped the helper: do not compile here instead
+            raise _Cancelled
+        if reply is not None and reply.ok and reply.specialized_on is not None:
+            fallback, packed_fails = reply.specialized_on, True
+    with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
+        return compiler.compile_program(gm, examples, largest, fixed, fallback, packed_fails)
 
 
 def _compile_lock():
@@ -189,6 +212,7 @@ def shutdown(wait_s: float | None = None) -> None:
             break
         if job is not None:
             _drop(job[0])
+    helper.stop()            # a compile waiting for the helper gets EOF and is not retried
     t = _thread
     if t is None or not t.is_alive():
         return

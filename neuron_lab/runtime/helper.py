@@ -1,0 +1,270 @@
+"""The compile helper: a second Python process that compiles regions, so the user's process only
+loads each program from inductor's caches.
+
+Why. A region's compile is seconds of Python (AOTAutograd's trace, inductor's lowering) that
+holds the GIL in the user's process; the worker thread lowers the switch interval
+(``worker.py``), but the user's loop still stalled: W3's step ran 1.38x its eager time on
+average while its regions compiled (bench W7), single steps 183 ms against ~10. In the helper,
+the compile holds another interpreter's GIL; the user's process then runs the same
+``compiler.compile_program`` on the same graph, which hits the AOTAutograd and FX graph caches
+the helper just wrote (same graph, example metadata and inductor options, so the same keys) and
+only loads the program.
+
+How. ``ask`` (called by the worker thread, never on the user's thread) starts the helper at
+the first compile (``python -c`` calling ``helper.main``: torch and neuron_lab imported once,
+then kept warm), sends it a ``Request`` and waits for the ``Reply`` with the GIL released (a
+blocking pipe read). The graph travels as a list of node specs (``graph_spec``): an FX
+GraphModule pickles by regenerating and re-tracing its code, which turns ``arange(64)`` into a
+tensor constant (another graph, another cache key). Examples travel as metadata; tensors of
+at most ``_BY_VALUE`` elements by value (the packed floats a specialized program is made on).
+
+The in-process compile stays the reference: without a helper (``NEURON_LAB_COMPILE_HELPER=0``,
+foreground compiles, a graph it cannot describe, a helper that would not start or died) and
+after any error in the helper, the region compiles in the user's process as before, with the
+same outcome. A helper that dies is not restarted (``state["broken"]`` says why).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx
+
+_BY_VALUE = 4096
+
+
+class NodeRef(NamedTuple):
+    """An argument that is another node of the graph (by name)."""
+    name: str
+
+
+class NodeSpec(NamedTuple):
+    op: str              # placeholder, call_function, output
+    name: str
+    target: Any          # a placeholder's name, an op's qualified name, or "operator.getitem"
+    args: tuple
+    kwargs: dict
+
+
+class ExampleSpec(NamedTuple):
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+    device: str
+    values: Any          # the tensor itself when small, else None
+
+
+class Request(NamedTuple):
+    nodes: list          # [NodeSpec]
+    examples: list       # [ExampleSpec]
+    largest: int
+    fixed: list | None
+    fallback: list | None
+
+
+class Reply(NamedTuple):
+    ok: bool
+    specialized_on: list | None   # the floats it specialized because they could not be data
+    error: str | None
+    seconds: float
+
+
+class NotDescribable(Exception):
+    """A graph holding something ``graph_spec`` does not send (the caller compiles in-process)."""
+
+
+_MAIN = "from neuron_lab.runtime.helper import main; main()"   # not -m: replies pickle by module
+state = {"started": 0, "compiles": 0, "failed": 0, "broken": None}
+_proc: subprocess.Popen | None = None
+_lock = threading.Lock()
+
+
+# --- the graph as data ---------------------------------------------------------------------
+def _target_name(t) -> str:
+    import operator
+    if t is operator.getitem:
+        return "operator.getitem"
+    if isinstance(t, torch._ops.OpOverload):
+        return t.name()                      # "aten::mul.Tensor"
+    raise NotDescribable(f"target {t!r}")
+
+
+def _target(name: str):
+    import operator
+    if name == "operator.getitem":
+        return operator.getitem
+    ns, rest = name.split("::", 1)
+    op, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, ns), op), overload or "default")
+
+
+def _arg_spec(a):
+    if isinstance(a, fx.Node):
+        return NodeRef(a.name)
+    if isinstance(a, list):                  # fx's immutable_list too
+        return [_arg_spec(x) for x in a]
+    if isinstance(a, tuple) and type(a) is not torch.Size:
+        return tuple(_arg_spec(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _arg_spec(v) for k, v in a.items()}
+    if a is None or type(a) in (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                torch.memory_format, torch.Size):
+        return a
+    raise NotDescribable(f"argument {a!r}")
+
+
+def graph_spec(gm: fx.GraphModule) -> list:
+    """``gm``'s nodes as picklable data; NotDescribable for anything else."""
+    out = []
+    for n in gm.graph.nodes:
+        target = n.target if n.op in ("placeholder", "output") else _target_name(n.target)
+        out.append(NodeSpec(n.op, n.name, target, _arg_spec(n.args), _arg_spec(dict(n.kwargs))))
+    return out
+
+
+def graph_of(nodes: list) -> fx.GraphModule:
+    """The GraphModule ``graph_spec`` describes (the same code)."""
+    g = fx.Graph()
+    made: dict[str, fx.Node] = {}
+
+    def arg(a):
+        if type(a) is NodeRef:
+            return made[a.name]
+        if type(a) in (list, tuple):
+            return type(a)(arg(x) for x in a)
+        if type(a) is dict:
+            return {k: arg(v) for k, v in a.items()}
+        return a
+    for s in nodes:
+        target = s.target if s.op in ("placeholder", "output") else _target(s.target)
+        made[s.name] = g.create_node(s.op, target, arg(s.args), arg(s.kwargs), name=s.name)
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def example_spec(t: torch.Tensor) -> ExampleSpec:
+    small = t.numel() <= _BY_VALUE
+    return ExampleSpec(tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device),
+                       t if small else None)
+
+
+def example_of(s: ExampleSpec) -> torch.Tensor:
+    if s.values is not None:
+        return s.values
+    return torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=s.device)
+
+
+# --- the user's side -----------------------------------------------------------------------
+def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
+    """Compile in the helper; its Reply, or None when there is no helper to ask (the caller
+    compiles in-process). Blocks the calling thread (the worker), not the GIL."""
+    try:
+        req = Request(graph_spec(gm), [example_spec(t) for t in examples], largest, fixed,
+                      fallback)
+    except NotDescribable:
+        return None
+    with _lock:
+        proc = _started()
+        if proc is None:
+            return None
+        try:
+            pickle.dump(req, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            proc.stdin.flush()
+            reply = pickle.load(proc.stdout)
+        except Exception as e:  # noqa: BLE001 - a pipe or a reply gone wrong: no helper any more
+            _broken(f"{type(e).__name__}: {e}")
+            return None
+    state["compiles"] += 1
+    if not reply.ok:
+        state["failed"] += 1
+    return reply
+
+
+def _started() -> subprocess.Popen | None:
+    global _proc
+    if _proc is not None and _proc.poll() is None:
+        return _proc
+    if state["broken"] is not None:
+        return None
+    if _proc is not None:
+        _broken(f"exited with {_proc.returncode}")
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root, *sys.path, env.get("PYTHONPATH", "")])
+    from . import knobs
+    quiet = not knobs.DEBUG_LEVEL()
+    try:
+        _proc = subprocess.Popen([sys.executable, "-c", _MAIN],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL if quiet else None, env=env)
+    except OSError as e:
+        _broken(f"could not start: {e}")
+        return None
+    state["started"] += 1
+    return _proc
+
+
+def _broken(why: str) -> None:
+    global _proc
+    state["broken"] = why
+    p, _proc = _proc, None
+    if p is not None and p.poll() is None:
+        p.kill()
+        p.wait()
+
+
+def stop(wait_s: float = 2.0) -> None:
+    """End the helper (interpreter exit, ``runtime.reset``): EOF on its stdin, then a kill."""
+    global _proc
+    p, _proc = _proc, None
+    if p is None:
+        return
+    try:
+        p.stdin.close()
+        p.wait(wait_s)
+    except (OSError, subprocess.TimeoutExpired):
+        p.kill()
+        p.wait()
+
+
+def running() -> bool:
+    return _proc is not None and _proc.poll() is None
+
+
+# --- the helper's side ---------------------------------------------------------------------
+def _serve(inp, out) -> None:
+    from . import compiler
+    from .compiler import Specialized
+    while True:
+        try:
+            req = pickle.load(inp)
+        except EOFError:
+            return
+        t0 = time.perf_counter()
+        try:
+            gm = graph_of(req.nodes)
+            program = compiler.compile_program(gm, [example_of(s) for s in req.examples],
+                                               req.largest, req.fixed, req.fallback)
+            forced = (program.fixed if isinstance(program, Specialized) and not program.chosen
+                      else None)
+            reply = Reply(True, forced, None, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - the user's process compiles it itself
+            traceback.print_exc()
+            reply = Reply(False, None, f"{type(e).__name__}: {e}"[:500], time.perf_counter() - t0)
+        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    replies = os.fdopen(os.dup(1), "wb")      # replies only: prints go to stderr
+    os.dup2(2, 1)
+    _serve(sys.stdin.buffer, replies)
+

@@ -1,0 +1,136 @@
+"""The compile helper (runtime/helper.py): background compiles run in a second process and the
+user's process loads the program from inductor's caches; without a helper, or after its error,
+the region compiles in the user's process as before."""
+import io
+import pickle
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from neuron_lab import runtime
+from neuron_lab.runtime import helper, knobs, worker
+from neuron_lab.runtime.status import Status
+
+
+@pytest.fixture
+def background():
+    """Background compiles with the helper on (the runtime's default outside the tests)."""
+    helper.state["broken"] = None
+    with knobs.SYNC_COMPILE.scoped(False), knobs.COMPILE_HELPER.scoped(True), \
+            knobs.TRIALS.scoped(0):
+        yield
+    runtime.wait_compiles()
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    """The graphs the policy submits for compiling."""
+    got = []
+    real = worker.submit
+
+    def submit(region, gm, examples, *a, **k):
+        got.append((gm, examples))
+        return real(region, gm, examples, *a, **k)
+    monkeypatch.setattr(worker, "submit", submit)
+    return got
+
+
+def _mlp_step(model, x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return loss
+
+
+def _train(dev, steps):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(dev)
+    x, y = torch.randn(8, 16).to(dev), torch.randint(0, 4, (8,)).to(dev)
+    losses = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        losses.append(_mlp_step(model, x, y).item())
+        if dev == "neuron":
+            runtime.wait_compiles()
+    return losses, [p.grad.cpu() for p in model.parameters()]
+
+
+def test_graph_spec_rebuilds_the_same_code(graphs):
+    """A real region's graph (lists of nodes, getitem, device and memory-format arguments)
+    survives pickling as node specs with the same code: the same inductor cache keys."""
+    with knobs.COMPILE.scoped(True):
+        _train("neuron", 3)
+    assert graphs
+    for gm, examples in graphs:
+        spec = pickle.loads(pickle.dumps(helper.graph_spec(gm)))
+        assert helper.graph_of(spec).code == gm.code
+        for t in examples:
+            e = helper.example_of(pickle.loads(pickle.dumps(helper.example_spec(t))))
+            assert (e.shape, e.stride(), e.dtype) == (t.shape, t.stride(), t.dtype)
+
+
+def test_regions_compile_in_the_helper_and_load_from_the_cache(background):
+    compiles = helper.state["compiles"]
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    want = _train("cpu", 5)
+    got = _train("neuron", 5)
+    assert helper.running() and helper.state["broken"] is None
+    assert helper.state["compiles"] > compiles
+    # each program the helper compiled, the user's process loaded from the cache
+    assert counters["aot_autograd"]["autograd_cache_hit"] - hits >= helper.state["compiles"] - compiles
+    assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_without_a_helper_regions_compile_here(background, monkeypatch):
+    helper.stop()
+    monkeypatch.setattr(helper, "_MAIN", "import sys; sys.exit(3)")   # starts, then dies
+    want = _train("cpu", 5)
+    got = _train("neuron", 5)
+    assert helper.state["broken"] is not None and not helper.running()
+    assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    helper.state["broken"] = None
+
+
+def test_a_helper_error_compiles_here(background, monkeypatch):
+    asked = []
+
+    def failing(*a):
+        asked.append(1)
+        return helper.Reply(False, None, "RuntimeError: only in the helper", 0.0)
+    monkeypatch.setattr(helper, "ask", failing)
+    _train("neuron", 5)
+    assert asked
+    assert all(r["status"] != str(Status.FAILED) for r in runtime.regions())
+    assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
+
+
+def test_the_helper_replies_with_its_error():
+    """The helper's loop, in this process: a graph inductor cannot compile gets ok=False and the
+    error, and the loop goes on to the next request."""
+    g = torch.fx.Graph()
+    a = g.placeholder("in0")
+    g.output((g.call_function(torch.ops.aten.mm.default, (a, a)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    bad = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3))], 0,
+                         None, None)                   # mm of a 1-d tensor: fails to trace
+    good = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3, 3))], 0,
+                          None, None)
+    inp, out = io.BytesIO(), io.BytesIO()
+    for r in (bad, good):
+        pickle.dump(r, inp)
+    inp.seek(0)
+    helper._serve(inp, out)
+    out.seek(0)
+    r1, r2 = pickle.load(out), pickle.load(out)
+    assert not r1.ok and r1.error
+    assert r2.ok and r2.error is None
+
+
+def test_stop_ends_the_helper(background):
+    _train("neuron", 4)
+    assert helper.running()
+    helper.stop()
+    assert not helper.running()
