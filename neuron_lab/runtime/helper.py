@@ -10,10 +10,12 @@ the compile holds another interpreter's GIL; the user's process then runs the sa
 the helper just wrote (same graph, example metadata and inductor options, so the same keys) and
 only loads the program.
 
-How. ``ask`` (called by the worker thread, never on the user's thread) starts the helper at
-the first compile (``python -c`` calling ``helper.main``: torch and neuron_lab imported once,
-then kept warm), sends it a ``Request`` and waits for the ``Reply`` with the GIL released (a
-blocking pipe read). The graph travels as a list of node specs (``graph_spec``): an FX
+How. The helper starts at the first compile that needs it (``python -c`` calling
+``helper.main``: torch and neuron_lab imported once, then kept warm; not earlier, since with a
+warm cache no compile needs it and its start-up, ~4 s of imports, would compete with the
+user's loop and the cache loads for 2 cores: W4's 200-step total +5 %). ``ask`` (called by the
+worker thread, never on the user's thread) sends it a ``Request`` and waits for the ``Reply``
+with the GIL released (a blocking pipe read). The graph travels as a list of node specs (``graph_spec``): an FX
 GraphModule pickles by regenerating and re-tracing its code, which turns ``arange(64)`` into a
 tensor constant (another graph, another cache key). Examples travel as metadata; tensors of
 at most ``_BY_VALUE`` elements by value (the packed floats a specialized program is made on).
@@ -21,12 +23,14 @@ at most ``_BY_VALUE`` elements by value (the packed floats a specialized program
 The in-process compile stays the reference: without a helper (``NEURON_LAB_COMPILE_HELPER=0``,
 foreground compiles, a graph it cannot describe, a helper that would not start or died) and
 after any error in the helper, the region compiles in the user's process as before, with the
-same outcome. A helper that dies is not restarted (``state["broken"]`` says why). The helper
+same outcome. A graph a helper compiled before (a marker file in the cache directory, keyed
+by the request) is not sent again: its programs are in inductor's caches. A helper that dies is not restarted (``state["broken"]`` says why). The helper
 costs ~380 MiB of resident memory (torch and inductor imported) and ~4 s of start-up on another
 core before the first compile.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import subprocess
@@ -83,7 +87,7 @@ class NotDescribable(Exception):
 
 
 _MAIN = "from neuron_lab.runtime.helper import main; main()"   # not -m: replies pickle by module
-state = {"started": 0, "compiles": 0, "failed": 0, "broken": None}
+state = {"started": 0, "compiles": 0, "known": 0, "failed": 0, "broken": None}
 _proc: subprocess.Popen | None = None
 _lock = threading.Lock()
 
@@ -171,6 +175,10 @@ def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
                       fallback)
     except NotDescribable:
         return None
+    done = _marker(req)
+    if os.path.exists(done):
+        state["known"] += 1
+        return None
     with _lock:
         proc = _started()
         if proc is None:
@@ -185,7 +193,28 @@ def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
     state["compiles"] += 1
     if not reply.ok:
         state["failed"] += 1
+    else:
+        _remember(done)
     return reply
+
+
+def _marker(req: Request) -> str:
+    """The file that says a compile of ``req`` already went through a helper: its programs are
+    in inductor's caches, so the user's process loads them without asking again (a warm cache
+    would otherwise be read twice, in the helper and here: W4's 200-step total +5 %)."""
+    data = pickle.dumps((torch.__version__, req._replace(
+        examples=[e._replace(values=None) if e.values is None or e.values.numel() > 64
+                  else e._replace(values=e.values.tolist()) for e in req.examples])))
+    from . import knobs
+    return os.path.join(knobs.CACHE_DIR.get(), "helper", hashlib.sha256(data).hexdigest())
+
+
+def _remember(path: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    except OSError:
+        pass
 
 
 def _started() -> subprocess.Popen | None:
@@ -222,16 +251,21 @@ def _broken(why: str) -> None:
         p.wait()
 
 
-def stop(wait_s: float = 2.0) -> None:
-    """End the helper (interpreter exit, ``runtime.reset``): EOF on its stdin, then a kill."""
+def stop(wait_s: float = 1.0) -> None:
+    """End the helper (interpreter exit): it keeps nothing worth a wait (inductor writes its
+    cache files whole), so it is terminated at once; a compile waiting for it gets EOF."""
     global _proc
     p, _proc = _proc, None
     if p is None:
         return
     try:
         p.stdin.close()
+    except OSError:
+        pass
+    p.terminate()
+    try:
         p.wait(wait_s)
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
 

@@ -14,11 +14,13 @@ from neuron_lab.runtime.status import Status
 
 
 @pytest.fixture
-def background():
-    """Background compiles with the helper on (the runtime's default outside the tests)."""
+def background(tmp_path):
+    """Background compiles with the helper on (the runtime's default outside the tests), and
+    no marker of an earlier helper compile (they live in the cache directory; inductor's own
+    caches stay where they are, set once per process)."""
     helper.state["broken"] = None
     with knobs.SYNC_COMPILE.scoped(False), knobs.COMPILE_HELPER.scoped(True), \
-            knobs.TRIALS.scoped(0):
+            knobs.TRIALS.scoped(0), knobs.CACHE_DIR.scoped(str(tmp_path)):
         yield
     runtime.wait_compiles()
 
@@ -81,6 +83,16 @@ def test_regions_compile_in_the_helper_and_load_from_the_cache(background):
     assert counters["aot_autograd"]["autograd_cache_hit"] - hits >= helper.state["compiles"] - compiles
     assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_graph_compiled_by_a_helper_before_is_not_sent_again(background):
+    _train("neuron", 5)
+    compiles, known = helper.state["compiles"], helper.state["known"]
+    assert compiles
+    runtime.reset()                 # the same graphs again: their programs are in the caches
+    _train("neuron", 5)
+    assert helper.state["compiles"] == compiles and helper.state["known"] > known
+    assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
 
 
 def test_without_a_helper_regions_compile_here(background, monkeypatch):
