@@ -168,17 +168,19 @@ def example_of(s: ExampleSpec) -> torch.Tensor:
 
 # --- the user's side -----------------------------------------------------------------------
 def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
-    """Compile in the helper; its Reply, or None when there is no helper to ask (the caller
-    compiles in-process). Blocks the calling thread (the worker), not the GIL."""
+    """Compile in the helper; its Reply (a marker's, if a helper compiled the graph before), or
+    None when there is no helper to ask (the caller compiles in-process). Blocks the calling
+    thread (the worker), not the GIL."""
     try:
         req = Request(graph_spec(gm), [example_spec(t) for t in examples], largest, fixed,
                       fallback)
     except NotDescribable:
         return None
     done = _marker(req)
-    if os.path.exists(done):
+    known = _recalled(done)
+    if known is not None:
         state["known"] += 1
-        return None
+        return known
     with _lock:
         proc = _started()
         if proc is None:
@@ -194,7 +196,7 @@ def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
     if not reply.ok:
         state["failed"] += 1
     else:
-        _remember(done)
+        _remember(done, reply)
     return reply
 
 
@@ -202,19 +204,32 @@ def _marker(req: Request) -> str:
     """The file that says a compile of ``req`` already went through a helper: its programs are
     in inductor's caches, so the user's process loads them without asking again (a warm cache
     would otherwise be read twice, in the helper and here: W4's 200-step total +5 %)."""
-    data = pickle.dumps((torch.__version__, req._replace(
-        examples=[e._replace(values=None) if e.values is None or e.values.numel() > 64
-                  else e._replace(values=e.values.tolist()) for e in req.examples])))
+    data = pickle.dumps((torch.__version__, req._replace(     # values: the launch's floats
+        examples=[e._replace(values=None) for e in req.examples])))
     from . import knobs
     return os.path.join(knobs.CACHE_DIR.get(), "helper", hashlib.sha256(data).hexdigest())
 
 
-def _remember(path: str) -> None:
+def _remember(path: str, reply: Reply) -> None:
+    """Write the marker: what the user's process needs of the reply (the floats a specialized
+    program was made on), written whole (a temporary file renamed)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "w").close()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            pickle.dump(reply.specialized_on, fh)
+        os.replace(tmp, path)
     except OSError:
         pass
+
+
+def _recalled(path: str) -> Reply | None:
+    """The reply a marker keeps, or None (no marker, or one that cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return Reply(True, pickle.load(fh), None, 0.0)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
 
 
 def _started() -> subprocess.Popen | None:

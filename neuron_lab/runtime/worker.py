@@ -107,8 +107,7 @@ def _compiled(region, gm, examples, largest, floats):
         reply = helper.ask(gm, examples, largest, fixed, fallback)
         if _closing:                 # shutdown stopped the helper: do not compile here instead
             raise _Cancelled
-        if reply is not None and reply.ok and reply.specialized_on is not None:
-            fallback, packed_fails = reply.specialized_on, True
+        packed_fails = reply is not None and reply.ok and reply.specialized_on is not None
     with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
         return compiler.compile_program(gm, examples, largest, fixed, fallback, packed_fails)
 

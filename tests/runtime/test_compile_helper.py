@@ -146,3 +146,29 @@ def test_stop_ends_the_helper(background):
     assert helper.running()
     helper.stop()
     assert not helper.running()
+
+
+def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch):
+    """``lerp``'s weight cannot be data: the helper tries the packed floats, fails, specializes;
+    the user's process is told so and compiles the specialized program only (a cache hit),
+    never the packed attempt."""
+    from neuron_lab.runtime import compiler
+    tried = []
+    real = compiler._inductor
+
+    def spy(gm, examples, largest):
+        tried.append(any(n.target is torch.ops.aten._local_scalar_dense.default
+                         for n in gm.graph.nodes))
+        return real(gm, examples, largest)
+    monkeypatch.setattr(compiler, "_inductor", spy)
+    compiles = helper.state["compiles"]
+    a, b = torch.randn(64), torch.randn(64)
+    na, nb = a.to("neuron"), b.to("neuron")
+    for i in range(6):                       # a different weight each launch: not constant
+        r = (torch.lerp(na, nb, 0.1 * (i + 1)).sin() * 2 + 1)
+        r.sum().item()
+        runtime.wait_compiles()
+    assert helper.state["compiles"] > compiles
+    (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    assert isinstance(reg.program, compiler.Specialized) and not reg.program.chosen
+    assert tried == [False]                  # here: only the specialized graph (no item())
