@@ -15,18 +15,18 @@ How. The helper starts at the first compile that needs it (``python -c`` calling
 warm cache no compile needs it and its start-up, ~4 s of imports, would compete with the
 user's loop and the cache loads for 2 cores: W4's 200-step total +5 %). ``ask`` (called by the
 worker thread, never on the user's thread) sends it a ``Request`` and waits for the ``Reply``
-with the GIL released (a blocking pipe read). The graph travels as a list of node specs (``graph_spec``): an FX
-GraphModule pickles by regenerating and re-tracing its code, which turns ``arange(64)`` into a
-tensor constant (another graph, another cache key). Examples travel as metadata; tensors of
+with the GIL released (a blocking pipe read). The graph travels as a list of node specs
+(``graph_spec``): an FX GraphModule pickles by regenerating and re-tracing its code, which
+turns ``arange(64)`` into a tensor constant (another graph, another cache key). Examples travel as metadata; tensors of
 at most ``_BY_VALUE`` elements by value (the packed floats a specialized program is made on).
 
 The in-process compile stays the reference: without a helper (``NEURON_LAB_COMPILE_HELPER=0``,
 foreground compiles, a graph it cannot describe, a helper that would not start or died) and
 after any error in the helper, the region compiles in the user's process as before, with the
 same outcome. A graph a helper compiled before (a marker file in the cache directory, keyed
-by the request) is not sent again: its programs are in inductor's caches. A helper that dies is not restarted (``state["broken"]`` says why). The helper
-costs ~380 MiB of resident memory (torch and inductor imported) and ~4 s of start-up on another
-core before the first compile.
+by the request) is not sent again: its programs are in inductor's caches. A helper that dies
+is not restarted (``state["broken"]`` says why). The helper costs ~380 MiB of resident memory
+(torch and inductor imported) and ~4 s of start-up on another core before the first compile.
 """
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import fx
+
+from . import knobs
 
 _BY_VALUE = 4096
 
@@ -206,7 +208,6 @@ def _marker(req: Request) -> str:
     would otherwise be read twice, in the helper and here: W4's 200-step total +5 %)."""
     data = pickle.dumps((torch.__version__, req._replace(     # values: the launch's floats
         examples=[e._replace(values=None) for e in req.examples])))
-    from . import knobs
     return os.path.join(knobs.CACHE_DIR.get(), "helper", hashlib.sha256(data).hexdigest())
 
 
@@ -243,8 +244,7 @@ def _started() -> subprocess.Popen | None:
         return None
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([root, *sys.path, env.get("PYTHONPATH", "")])
-    from . import knobs
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [root, *sys.path, env.get("PYTHONPATH")] if p)
     quiet = not knobs.DEBUG_LEVEL()
     try:
         _proc = subprocess.Popen([sys.executable, "-c", _MAIN],
