@@ -91,7 +91,8 @@ class NotDescribable(Exception):
 _MAIN = "from neuron_lab.runtime.helper import main; main()"   # not -m: replies pickle by module
 state = {"started": 0, "compiles": 0, "known": 0, "failed": 0, "broken": None}
 _proc: subprocess.Popen | None = None
-_lock = threading.Lock()
+_owner = 0                  # the pid that started _proc: a forked child inherits the pipes,
+_lock = threading.Lock()    # which it must neither write to nor close
 
 
 # --- the graph as data ---------------------------------------------------------------------
@@ -234,7 +235,10 @@ def _recalled(path: str) -> Reply | None:
 
 
 def _started() -> subprocess.Popen | None:
-    global _proc
+    global _proc, _owner
+    if _proc is not None and _owner != os.getpid():     # forked: the parent's helper
+        _proc = None
+        state["broken"] = None
     if _proc is not None and _proc.poll() is None:
         return _proc
     if state["broken"] is not None:
@@ -253,6 +257,7 @@ def _started() -> subprocess.Popen | None:
     except OSError as e:
         _broken(f"could not start: {e}")
         return None
+    _owner = os.getpid()
     state["started"] += 1
     return _proc
 
@@ -271,7 +276,7 @@ def stop(wait_s: float = 1.0) -> None:
     cache files whole), so it is terminated at once; a compile waiting for it gets EOF."""
     global _proc
     p, _proc = _proc, None
-    if p is None:
+    if p is None or _owner != os.getpid():      # a forked child leaves its parent's helper be
         return
     try:
         p.stdin.close()

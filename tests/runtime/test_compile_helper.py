@@ -2,6 +2,7 @@
 user's process loads the program from inductor's caches; without a helper, or after its error,
 the region compiles in the user's process as before."""
 import io
+import os
 import pickle
 
 import pytest
@@ -172,3 +173,21 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
     (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
     assert isinstance(reg.program, compiler.Specialized) and not reg.program.chosen
     assert tried == [False]                  # here: only the specialized graph (no item())
+
+
+def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch):
+    """A child forked after the helper started inherits its pipes: it neither stops the
+    parent's helper nor sends it requests (it would interleave with the parent's)."""
+    _train("neuron", 4)
+    parent = helper._proc
+    assert parent is not None and helper.running()
+    monkeypatch.setattr(helper.os, "getpid", lambda: helper._owner + 1)   # as in the child
+    helper.stop()
+    assert parent.poll() is None                       # still the parent's, running
+    helper._proc = parent
+    monkeypatch.setattr(helper.subprocess, "Popen", lambda *a, **k: "a helper of its own")
+    assert helper._started() == "a helper of its own"
+    monkeypatch.undo()
+    helper._proc, helper._owner = parent, os.getpid()   # back in the parent
+    helper.stop()
+    assert parent.poll() is not None
