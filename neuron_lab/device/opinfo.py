@@ -145,6 +145,13 @@ class OpFacts:
 _cache: dict[torch._ops.OpOverload, OpFacts] = {}
 
 
+def overload(qualname: str) -> torch._ops.OpOverload:
+    """The op a qualified name such as ``"aten::mul.Tensor"`` (``OpOverload.name()``) names."""
+    ns, rest = qualname.split("::", 1)
+    name, _, over = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, ns), name), over or "default")
+
+
 def facts(op: torch._ops.OpOverload) -> OpFacts:
     f = _cache.get(op)
     if f is None:

@@ -19,7 +19,7 @@ import torch
 
 from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches, seam,
                serialization, streams, tracking)
-from .opinfo import facts
+from .opinfo import facts, overload
 
 _registered = False
 _libs: list = []
@@ -73,12 +73,6 @@ def _fallback(op, *args, **kwargs):
     return _kernel(op)(*args, **kwargs)
 
 
-def _overload(qualname: str):
-    ns, rest = qualname.split("::", 1)
-    name, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
-
-
 # Left to PyTorch's CompositeExplicitAutograd kernels: they shallow-copy the TensorImpl in C++
 # (no Python object attached), which ``Parameter``/``_make_subclass`` requires; the copy shares
 # the storage, so ``shell.host`` finds its data through the storage.
@@ -128,7 +122,7 @@ def _register_kernels(direct=None) -> int:
         if base in NATIVE:
             continue
         try:
-            op = _overload(qualname)
+            op = overload(qualname)
             special = SPECIAL.get(base)
             f = facts(op)
             if direct is not None and special is None and f.direct:

@@ -2,8 +2,9 @@
 
 ``compiler.Plan`` says where each program input comes from (op index, argument path), the
 aliasing pattern of the inputs at compile time, and which (op, output) pairs the program
-returns. A launch whose inputs alias differently, or that needs a live value the program does
-not return, cannot use the program (``run`` returns None; the policy replays per-op).
+returns. A launch whose inputs alias differently cannot use the program (``run`` returns None;
+the policy replays per-op); one that needs a live value the program does not return never
+reaches ``run`` (the policy compiles the region again, its rule 7).
 
 Outputs come back in eager's layout. Inductor may lay a graph output out its own way (a ``cat``
 of an empty KV cache and a transposed key, Transformers' ``DynamicCache.update``, came back
@@ -81,11 +82,9 @@ def relaid(h, m):
     return h if out is None else out
 
 
-def run(region, records: list, needed: set) -> float | None:
+def run(region, records: list) -> float | None:
     """Run the region's program; host seconds, or None if this launch cannot use it."""
     plan = region.plan
-    if not needed.issubset(plan.outputs_set):
-        return None
     program = region.program    # read once: the inputs (a specialized program's floats) are its
     inputs = launch_inputs(program, plan, records)
     if inputs is None:

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
+from ..device.opinfo import overload
 from . import knobs
 
 _BY_VALUE = 4096
@@ -107,11 +108,7 @@ def _target_name(t) -> str:
 
 def _target(name: str):
     import operator
-    if name == "operator.getitem":
-        return operator.getitem
-    ns, rest = name.split("::", 1)
-    op, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, ns), op), overload or "default")
+    return operator.getitem if name == "operator.getitem" else overload(name)
 
 
 def _arg_spec(a):

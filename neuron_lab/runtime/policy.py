@@ -123,7 +123,7 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             return _outputs_missing(region, records, needed, stats)
         if knobs.VERIFY.get() and region.verified < knobs.VERIFY_LAUNCHES.get():
             try:
-                dt = _verified(region, records, needed, stats)
+                dt = _verified(region, records, stats)
             except fused.FloatsChanged:
                 return _floats_changed(region, records, stats)
             if dt is not None:
@@ -131,7 +131,7 @@ def _fused_or_per_op(region, records, needed, stats, sample: bool = True) -> tup
             if region.program is None:                   # the program raised
                 return _per_op(region, records, stats)
         try:
-            dt = fused.run(region, records, needed)
+            dt = fused.run(region, records)
         except fused.FloatsChanged:
             return _floats_changed(region, records, stats)
         except Exception as e:  # noqa: BLE001 - a failing program means: per-op for good
@@ -155,10 +155,15 @@ def _floats_changed(region, records, stats) -> tuple[float, bool]:
     per-op; the region goes back to ``recorded`` to be compiled with its floats as data."""
     region.floats_seen = False
     region.floats_before = region.program.fixed   # kept if they cannot be data
+    _compile_again(region)
+    return _per_op(region, records, stats)
+
+
+def _compile_again(region) -> None:
+    """Rules 6 and 7: drop the program; the region is compiled again from ``recorded``."""
     region.program = None
     region.trial = 0
     region.move(Status.RECORDED)
-    return _per_op(region, records, stats)
 
 
 WIDEN_MAX = 4
@@ -170,15 +175,13 @@ def _outputs_missing(region, records, needed, stats) -> tuple[float, bool]:
     if region.widened < WIDEN_MAX:
         region.widened += 1
         region.wanted = region.wanted | region.plan.outputs_set | needed
-        region.program = None
-        region.trial = 0
-        region.move(Status.RECORDED)
+        _compile_again(region)
     return _per_op(region, records, stats)
 
 
-def _verified(region, records, needed, stats) -> float | None:
+def _verified(region, records, stats) -> float | None:
     """A checked launch (NEURON_LAB_VERIFY): the user gets per-op values; counted as per-op."""
-    dt = verify.launch(region, records, needed, stats)
+    dt = verify.launch(region, records, stats)
     if dt is not None:
         region.per_op_launches += 1
         stats["launches_per_op"] += 1

@@ -43,8 +43,8 @@ def timings(monkeypatch):
         t["kinds"].append("per-op")
         return t["per_op"]
 
-    def run(region, records, needed):
-        dt = real_fused(region, records, needed)
+    def run(region, records):
+        dt = real_fused(region, records)
         if dt is None:
             return None
         t["kinds"].append("fused")
