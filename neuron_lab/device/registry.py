@@ -102,8 +102,8 @@ def _dtype_kwarg(op) -> int:
 def _register_kernels(direct=None) -> int:
     """Our kernel for every aten op it should own. With ``direct`` (the native extension), an
     ``OpFacts.direct`` op gets the direct kernel under PrivateUse1 (``csrc/direct.cpp``), which
-    redispatches everything it does not run itself to the Python kernel, registered for that op
-    under PrivateUse2 (a key no tensor carries)."""
+    calls the generic kernel's seam.launch or execute (``_kernel``'s) from C++ for everything it
+    does not run itself (``csrc/python_call.cpp``)."""
     lib = torch.library.Library("aten", "IMPL")
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     n = 0
@@ -126,10 +126,9 @@ def _register_kernels(direct=None) -> int:
             special = SPECIAL.get(base)
             f = facts(op)
             if direct is not None and special is None and f.direct:
-                lib.impl(short, _kernel(op), "PrivateUse2")
                 direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
                                        f.ret_alias[0][0] if f.ret_alias[0] else -1,
-                                       _dtype_kwarg(op))
+                                       _dtype_kwarg(op), (f, kernels.execute, vars(seam)))
                 f.direct_kernel = True
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")

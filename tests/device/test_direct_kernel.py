@@ -1,6 +1,7 @@
 """The direct eager kernel (device/csrc/direct.cpp): plain ops in eager mode run in C++ without
 entering Python, with the Python kernel's results, errors, memory accounting and op counts; every
-other call reaches the Python kernel (registered under PrivateUse2)."""
+other call reaches the generic kernel (seam.launch or execute, called from C++:
+test_python_call.py)."""
 import os
 import subprocess
 import sys

@@ -13,9 +13,9 @@
 // device's OutOfMemoryError) and wrapped in a new neuron tensor bound to the output's storage:
 // what kernels.execute's short path does, with the same results.
 //
-// Anything else goes to the Python kernel, registered for the same op under PrivateUse2 (a
-// dispatch key no tensor here carries) and reached by redispatching there: a pending or unbound
-// argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
+// Anything else goes to the op's generic kernel (registry._kernel's seam.launch or execute),
+// called from here without the dispatcher's Python kernel holder (python_call.h; every op
+// in adaptive mode takes that way): a pending or unbound argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
 // Python; so is a keyword ``dtype=`` naming one), a CPU tensor that is not a 0-dim scalar (the
 // device-mismatch error), a list that is not a plain list of tensors, a view op whose host
 // result is not on its base's bytes, and any error the host op raises (it wrote nothing — a
@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "python_call.h"
 #include "storages.h"
 
 namespace py = pybind11;
@@ -158,7 +159,8 @@ void unwrap_numbers(size_t n, torch::jit::Stack* stack) {
 enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2 };
 
 struct Direct final : c10::OperatorKernel {
-  Direct(std::string n, Kind k, int a, int d) : name(std::move(n)), kind(k), arg(a), dtype_arg(d) {}
+  Direct(std::string n, Kind k, int a, int d, PyObject* g)
+      : name(std::move(n)), kind(k), arg(a), dtype_arg(d), generic(g) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     if ((g_direct.load(std::memory_order_acquire) || t_here) && run(op, stack)) {
@@ -170,7 +172,7 @@ struct Direct final : c10::OperatorKernel {
       TORCH_CHECK(false, "neuron: ", name, " declined by the direct kernel");
     }
     unwrap_numbers(op.schema().arguments().size(), stack);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse2), stack);
+    call_generic(generic, op, stack);
   }
 
   // The op on the host, its result on the stack; false (the stack untouched, nothing written):
@@ -230,6 +232,8 @@ struct Direct final : c10::OperatorKernel {
   const Kind kind;
   const int arg;
   const int dtype_arg;   // the keyword-only ``dtype`` argument's position, or -1
+  PyObject* const generic;   // the op's generic kernel, (facts, execute, seam globals): held
+                             // for the process's life, like the registration
   std::atomic<int64_t> runs{0};
 };
 
@@ -252,13 +256,16 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
 // is its name in tracking.executed ("aten::add.Tensor"); `kind` and `arg`: what it returns.
 void register_op(const std::string& name, const std::string& counted_as, int kind, int arg,
-                 int dtype_arg) {
+                 int dtype_arg, py::tuple generic) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "neuron: register_direct: kind 0, 1 or 2");
+  TORCH_CHECK(generic.size() == 3 && PyDict_Check(generic[2].ptr()),
+              "neuron: register_direct: generic is (facts, execute, seam globals)");
   std::lock_guard<std::mutex> g(g_mu);
   if (g_lib == nullptr)
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                __FILE__, __LINE__);
-  auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg, dtype_arg);
+  auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg, dtype_arg,
+                                    generic.inc_ref().ptr());
   Direct* raw = k.get();
   g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   g_kernels.push_back(raw);
@@ -323,11 +330,12 @@ void init_direct(py::module_& m) {
         "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
         "and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
-        py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"),
-        "Register the direct eager kernel for aten op `name` under PrivateUse1 (its Python "
-        "kernel must be registered under PrivateUse2); kind 0: it returns a new tensor, 1: a "
-        "view of argument `arg`, 2: argument `arg`, written in place; `dtype_arg`: the position "
-        "of its keyword-only dtype argument, or -1");
+        py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"), py::arg("generic"),
+        "Register the direct eager kernel for aten op `name` under PrivateUse1; kind 0: it "
+        "returns a new tensor, 1: a view of argument `arg`, 2: argument `arg`, written in "
+        "place; `dtype_arg`: the position of its keyword-only dtype argument, or -1; "
+        "`generic`: (facts, execute, seam globals), what it calls for an op it does not run "
+        "(python_call.h)");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
         py::arg("on"), "Let the direct kernel run ops (no runtime to call) or not");
   m.def("direct_enabled", []() { return g_direct.load(); });
