@@ -247,7 +247,7 @@ def register() -> None:
         direct = _native           # eager ops in C++ (their outputs counted by the native counter)
         shell_storage = torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage()
         direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), shell_storage)
-        tracking.count_direct(direct.direct_counts)
+        tracking.count_native(direct.direct_counts)
         seam.connect(direct.set_direct)
         kernels.use_direct(direct)
     _register_kernels(direct)

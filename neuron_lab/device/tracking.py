@@ -176,18 +176,20 @@ def collective_ops() -> dict[str, int]:
         return dict(_collective_ops)
 
 
-_direct_counts = None   # the native direct kernel's counts ({op: runs since last read}), if any
+_native_counts: list = []   # ops counted in C++: callables returning {op: runs since last call}
 
 
-def count_direct(counts) -> None:
-    """Add the runs of the native direct kernel (counted in C++) to ``executed`` when it is read."""
-    global _direct_counts
-    _direct_counts = counts
+def count_native(counts) -> None:
+    """Add the ops a native path counts in C++ (the direct kernel's runs, the adaptive engine's
+    deferrals) to ``executed`` when it is read; ``counts()`` returns {op name: runs since its
+    last call}."""
+    if counts not in _native_counts:
+        _native_counts.append(counts)
 
 
 def _drain() -> None:
-    if _direct_counts is not None:
-        for name, n in _direct_counts().items():
+    for counts in _native_counts:
+        for name, n in counts().items():
             executed[name] += n
 
 

@@ -82,9 +82,13 @@ def scalar_values_py(scalars, records: list) -> list:
 scalar_values = native.twin("scalar_values", scalar_values_py)
 
 
-def packed_scalars(scalars, records: list) -> Tensor:
-    """The region's data floats, in plan order, as the program's first input."""
+def packed_scalars_py(scalars, records: list) -> Tensor:
+    """The region's data floats, in plan order, as the program's first input. ``packed_scalars``
+    is its C twin (~1 us against ~17 us for W1's 42 floats)."""
     return torch.tensor(scalar_values(scalars, records), dtype=torch.float64)
+
+
+packed_scalars = native.twin("packed_scalars", packed_scalars_py)
 
 
 def data_floats(records: list) -> list:

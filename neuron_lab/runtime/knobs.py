@@ -7,7 +7,7 @@ do not overlap) decide; a region judged slower is tried again with backoff.
 """
 import os
 
-from ..device.config import Knob, boolean
+from ..device.config import DEBUG, Knob, boolean
 
 MODE = Knob("NEURON_LAB_MODE", "adaptive", str, choices=("eager", "adaptive"),
             doc="adaptive: queue, cache and fuse op sequences; eager: launch every op")
@@ -62,5 +62,4 @@ CACHE_DIR = Knob("NEURON_LAB_CACHE_DIR",
 
 
 def DEBUG_LEVEL() -> int:
-    from ..device.config import DEBUG
     return DEBUG.get()

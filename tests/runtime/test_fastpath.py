@@ -279,3 +279,23 @@ def _parent(eng, node):
                 return n
             stack.append(c)
     return None
+
+
+def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
+    """The C path counts a deferral per op in C++ (no Python counter update per op);
+    executed_ops() adds them when read, as many as the eager path counts."""
+    import neuron_lab
+    x = torch.randn(64).to("neuron")
+    with neuron_lab.mode("adaptive"):
+        for _ in range(4):
+            (x * 2 + 1).tanh().sum().item()
+        neuron_lab.clear_op_tracking()
+        fast0 = fastpath.counts()[0]
+        for _ in range(5):
+            (x * 2 + 1).tanh().sum().item()
+        deferred_in_c = fastpath.counts()[0] - fast0
+        got = neuron_lab.executed_ops()
+    assert deferred_in_c >= 15
+    assert {k: got.get(k) for k in ("aten::mul.Tensor", "aten::add.Tensor", "aten::tanh")} == \
+        {"aten::mul.Tensor": 5, "aten::add.Tensor": 5, "aten::tanh": 5}
+    assert neuron_lab.executed_ops() == got          # read once: nothing counted twice

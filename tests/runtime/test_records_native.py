@@ -1,8 +1,8 @@
 """The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
 
-``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values`` and
-``host_inputs`` are each compared with the Python function of the same name and ``_py`` suffix on real op
-outputs; the whole engine with and without the extension is compared on a Transformers model
+``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values``,
+``packed_scalars`` and ``host_inputs`` are each compared with the Python function of the same
+name and ``_py`` suffix on real op outputs; the whole engine with and without the extension is compared on a Transformers model
 in test_fastpath.py.
 """
 import gc
@@ -113,6 +113,12 @@ def test_scalar_values_equals_the_python_reference():
         ext.scalar_values(((5, (0, None)),), records)
     with pytest.raises(TypeError, match="scalar_values"):
         ext.scalar_values(((0, 1),), records)
+    packed = ext.packed_scalars(scalars, records)            # the program's float64 input
+    ref = compiler.packed_scalars_py(scalars, records)
+    assert packed.dtype == ref.dtype == torch.float64 and packed.device == ref.device
+    assert torch.equal(packed, ref) and ext.packed_scalars((), records).shape == (0,)
+    with pytest.raises(IndexError):
+        ext.packed_scalars(((5, (0, None)),), records)
 
 
 def test_host_inputs_equals_the_python_reference():
@@ -147,6 +153,7 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     assert record.record_run is ext.record_run
     assert pending.live_outputs is ext.live_outputs
     assert compiler.scalar_values is ext.scalar_values
+    assert compiler.packed_scalars is ext.packed_scalars
     assert fused.host_inputs is ext.host_inputs
     from neuron_lab.runtime import adaptive
     assert (adaptive._pending, adaptive._pending_dense) == (ext.pending, ext.pending_dense)

@@ -31,8 +31,9 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <unordered_map>
 
-#include "python_objects.h"   // device/csrc: intern, hold, count_executed
+#include "python_objects.h"   // device/csrc: intern, hold, untracked, named
 
 namespace py = pybind11;
 
@@ -54,7 +55,6 @@ struct State {
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* queued = nullptr;    // record.QueuedOp
-  PyObject* executed = nullptr;      // tracking.executed (a Counter)
   PyObject* mode = nullptr;          // knobs.MODE (a Knob)
   PyObject* unset = nullptr;         // config._UNSET
   PyObject* adaptive = nullptr;      // "adaptive"
@@ -67,6 +67,8 @@ struct State {
   PyObject* admit = nullptr;         // Engine._admit_pending, bound
   PyObject* flush = nullptr;         // Engine.flush, bound
   long fast = 0, slow = 0;           // ops deferred here / handed to Python (tests read them)
+  std::unordered_map<PyObject*, long long> deferred;   // facts -> ops deferred here since the
+                                     // last deferred_counts() (held: OpFacts live for good)
 };
 
 State S;
@@ -486,10 +488,10 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     Py_XDECREF(plan);
   }
   ok = ok && PyObject_SetAttr(S.engine, s_node, nxt) == 0;
-  if (ok) {
-    PyObject* name = PyObject_GetAttr(f, s_name);
-    ok = name != nullptr && count_executed(S.executed, name);
-    Py_XDECREF(name);
+  if (ok) {   // tracking.executed gets it when read (deferred_counts)
+    auto it = S.deferred.find(f);
+    if (it == S.deferred.end()) S.deferred.emplace(Py_NewRef(f), 1);
+    else ++it->second;
   }
   Py_XDECREF(tr);
   Py_XDECREF(sr);
@@ -706,6 +708,18 @@ PyMethodDef launch_def = {"launch", reinterpret_cast<PyCFunction>(reinterpret_ca
                           METH_FASTCALL,
                           "launch(facts, args, kwargs): Engine.launch with its hot path in C"};
 
+// {op name: ops deferred on the C path since the last call} (tracking.count_native)
+py::dict deferred_counts() {
+  py::dict out;
+  for (auto& [f, n] : S.deferred) {
+    if (n == 0) continue;
+    py::object name = py::reinterpret_borrow<py::object>(f).attr("name");
+    out[name] = py::int_(n) + out.attr("get")(name, 0);
+    n = 0;
+  }
+  return out;
+}
+
 void configure(py::dict o) {
   hold(S.engine, o["engine"]);
   hold(S.acquire, o["lock"].attr("acquire"));
@@ -720,7 +734,6 @@ void configure(py::dict o) {
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
   hold(S.queued, o["queued"]);
-  hold(S.executed, o["executed"]);
   hold(S.mode, o["mode"]);
   hold(S.unset, o["unset"]);
   const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
@@ -734,8 +747,7 @@ void configure(py::dict o) {
   hold(S.flush, o["engine"].attr("flush"));
   if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
     throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
-  if (!PyDict_Check(S.plain) || !PyDict_Check(S.executed))
-    throw py::type_error("neuron_lab: plain and executed must be dicts");
+  if (!PyDict_Check(S.plain)) throw py::type_error("neuron_lab: plain must be a dict");
 }
 
 }  // namespace
@@ -774,6 +786,8 @@ void init_deferral(py::module_& m) {
   S.adaptive = intern("adaptive");
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");
+  m.def("deferred_counts", &deferred_counts,
+        "{op name: ops deferred on the C path since the last call} (tracking.executed's share)");
   m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
         "(ops deferred on the C path, launches handed to the Python engine)");
   m.add_object("launch", py::reinterpret_steal<py::object>(PyCFunction_New(&launch_def, nullptr)));

@@ -11,12 +11,15 @@
 //       {(op, output)} whose pending storage is still alive.
 //   scalar_values(scalars, records)                                        compiler.scalar_values
 //       the region's data floats in plan order.
+//   packed_scalars(scalars, records)                                      compiler.packed_scalars
+//       the same, as the float64 host tensor a program takes them in.
 //   host_inputs(occurrences, pattern, records, host)                       fused.host_inputs
 //       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
 //       host tensor (``_d``, else ``host(t)``: shell.host), or None if they alias otherwise.
 //
 // In a captured step these were ~5 us of Python per op (flatten, out_meta, structure_of, the
 // record, two producer entries); in a launch, ~30 us for W1's 64 ops (docs/performance.md).
+#include <ATen/ops/empty.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -215,6 +218,39 @@ PyObject* scalar_values(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   return out;
 }
 
+// packed_scalars(scalars, records): the same floats as a float64 host tensor, written in place
+// (torch.tensor of a 42-float list took ~17 us of W1's ~200 us launch)
+PyObject* packed_scalars(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  if (n != 2 || !PyList_Check(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: packed_scalars(scalars, records: list)");
+    return nullptr;
+  }
+  PyObject* seq = PySequence_Fast(argv[0], "neuron_lab: packed_scalars: scalars must be a sequence");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+  at::Tensor out;
+  try {
+    out = at::empty({m}, at::TensorOptions().dtype(at::kDouble));
+  } catch (const std::exception& e) {
+    Py_DECREF(seq);
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  double* data = out.data_ptr<double>();
+  for (Py_ssize_t j = 0; j < m; ++j) {
+    PyObject* v = arg_at(argv[1], PySequence_Fast_GET_ITEM(seq, j));
+    double d = v ? PyFloat_AsDouble(v) : -1.0;
+    Py_XDECREF(v);
+    if (v == nullptr || (d == -1.0 && PyErr_Occurred())) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    data[j] = d;
+  }
+  Py_DECREF(seq);
+  return THPVariable_Wrap(std::move(out));
+}
+
 // shell.host(t) without a call where t's host view is cached (``t._d`` not None); new reference
 PyObject* host_of(PyObject* t, PyObject* host) {
   PyObject** dictptr = _PyObject_GetDictPtr(t);
@@ -276,6 +312,9 @@ PyMethodDef live_outputs_def = {"live_outputs", reinterpret_cast<PyCFunction>(&l
 PyMethodDef scalar_values_def = {
     "scalar_values", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&scalar_values)),
     METH_FASTCALL, "scalar_values(scalars, records): compiler.scalar_values in C"};
+PyMethodDef packed_scalars_def = {
+    "packed_scalars", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&packed_scalars)),
+    METH_FASTCALL, "packed_scalars(scalars, records): compiler.packed_scalars in C"};
 PyMethodDef host_inputs_def = {
     "host_inputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&host_inputs)),
     METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
@@ -301,7 +340,8 @@ void init_records(py::module_& m) {
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
         "configure_records({queued, produced, out_meta, ref, host_only, python}) (record.py)");
-  for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def, &host_inputs_def})
+  for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
+                         &packed_scalars_def, &host_inputs_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
 }
 
