@@ -14,13 +14,13 @@
 // what kernels.execute's short path does, with the same results.
 //
 // Anything else goes to the op's generic kernel (registry._kernel's seam.launch or execute),
-// called from here without the dispatcher's Python kernel holder (python_call.h; every op
-// in adaptive mode takes that way): a pending or unbound argument, a host-only dtype (float64, complex: Trainium's fallback rules are recorded in
-// Python; so is a keyword ``dtype=`` naming one), a CPU tensor that is not a 0-dim scalar (the
-// device-mismatch error), a list that is not a plain list of tensors, a view op whose host
-// result is not on its base's bytes, and any error the host op raises (it wrote nothing — a
-// pointwise in-place op checks its arguments before it writes — so the Python path runs it
-// again and raises the device's message).
+// called from here without the dispatcher's Python kernel holder (python_call.h; every op in
+// adaptive mode takes that way): a pending or unbound argument, a host-only dtype (float64,
+// complex: Trainium's fallback rules are recorded in Python; so is a keyword ``dtype=`` naming
+// one), a CPU tensor that is not a 0-dim scalar (the device-mismatch error), a list that is not
+// a plain list of tensors, a view op whose host result is not on its base's bytes, and any
+// error the host op raises (it wrote nothing — a pointwise in-place op checks its arguments
+// before it writes — so the Python path runs it again and raises the device's message).
 //
 // The tensors made here carry no Python attributes: shell.host finds their host view through
 // ``host_storage`` (storage.cpp) the first time Python needs it. Runs are counted per op and
