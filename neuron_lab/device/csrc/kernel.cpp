@@ -18,7 +18,6 @@ namespace py = pybind11;
 namespace neuron_lab {
 namespace {
 
-PyObject* s_launch = nullptr;
 
 struct Eager {
   PyObject* execute = nullptr;     // kernels.execute (the reference; the general path)
@@ -233,22 +232,9 @@ void configure_execute(py::dict o) {
 
 // self: (facts, execute, seam module's __dict__)
 PyObject* call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  PyObject* f = PyTuple_GET_ITEM(self, 0);
-  PyObject* seam = PyTuple_GET_ITEM(self, 2);
-  PyObject* launch = PyDict_GetItemWithError(seam, s_launch);   // borrowed
-  if (launch == nullptr && PyErr_Occurred()) return nullptr;
-  PyObject* target = (launch == nullptr || launch == Py_None) ? PyTuple_GET_ITEM(self, 1) : launch;
-  PyObject* kw = kwargs;
-  if (kw == nullptr) {
-    kw = PyDict_New();
-    if (kw == nullptr) return nullptr;
-  } else {
-    Py_INCREF(kw);
-  }
-  Py_INCREF(target);   // seam.install may replace it while the op runs
-  PyObject* argv[3] = {f, args, kw};
-  PyObject* out = PyObject_Vectorcall(target, argv, 3, nullptr);
-  Py_DECREF(target);
+  PyObject* kw = kwargs != nullptr ? Py_NewRef(kwargs) : PyDict_New();
+  if (kw == nullptr) return nullptr;
+  PyObject* out = call_generic_kernel(self, args, kw);
   Py_DECREF(kw);
   return out;
 }
@@ -270,7 +256,6 @@ py::object make(py::object facts, py::object execute, py::dict seam_globals) {
 }  // namespace
 
 void init_kernel(py::module_& m) {
-  s_launch = intern("launch");
   s_plain = intern("plain");
   s_call = intern("call");
   s_name = intern("name");

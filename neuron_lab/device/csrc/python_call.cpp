@@ -22,7 +22,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
-#include "python_objects.h"   // intern
+#include "python_objects.h"   // call_generic_kernel
 
 namespace torch::jit {   // exported by libtorch_python (torch/csrc/jit/python/pybind_utils.h)
 TORCH_PYTHON_API py::object toPyObject(c10::IValue ivalue);
@@ -148,14 +148,7 @@ void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::
     throw python_error();
   }
   torch::jit::drop(*stack, n);
-  PyObject* facts = PyTuple_GET_ITEM(generic, 0);
-  static PyObject* s_launch = intern("launch");
-  PyObject* launch = PyDict_GetItemWithError(PyTuple_GET_ITEM(generic, 2), s_launch);
-  PyObject* target = launch != nullptr && launch != Py_None ? launch : PyTuple_GET_ITEM(generic, 1);
-  Py_INCREF(target);   // seam.install may replace it while the op runs
-  PyObject* argv[3] = {facts, args, kwargs};
-  PyObject* out = PyErr_Occurred() ? nullptr : PyObject_Vectorcall(target, argv, 3, nullptr);
-  Py_DECREF(target);
+  PyObject* out = call_generic_kernel(generic, args, kwargs);
   Py_DECREF(args);
   Py_DECREF(kwargs);
   if (out == nullptr) throw python_error();

@@ -1,6 +1,7 @@
 // CPython helpers shared by the native extensions' C callables (device/csrc/kernel.cpp,
-// runtime/csrc/deferral.cpp, records.cpp): interned names, the objects Python configures them with, and
-// the one counter every op increments.
+// python_call.cpp, runtime/csrc/deferral.cpp, records.cpp): interned names, the objects Python
+// configures them with, the call into the device's generic kernel, and the one counter every op
+// increments.
 #pragma once
 
 #include <Python.h>
@@ -39,6 +40,22 @@ inline PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
   }
   for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(o, i, items[i]);
   return o;
+}
+
+// The device's generic kernel for one op (registry._kernel): ``seam.launch(facts, args,
+// kwargs)`` with a runtime installed, else ``execute(facts, args, kwargs)``. `generic` is the
+// tuple (facts, execute, seam's globals); `kwargs` a dict. A new reference, or nullptr with an
+// exception set. Called by kernel.cpp's kernel and python_call.cpp's direct-kernel call.
+inline PyObject* call_generic_kernel(PyObject* generic, PyObject* args, PyObject* kwargs) {
+  static PyObject* s_launch = intern("launch");
+  PyObject* launch = PyDict_GetItemWithError(PyTuple_GET_ITEM(generic, 2), s_launch);  // borrowed
+  if (launch == nullptr && PyErr_Occurred()) return nullptr;
+  PyObject* target = launch != nullptr && launch != Py_None ? launch : PyTuple_GET_ITEM(generic, 1);
+  Py_INCREF(target);   // seam.install may replace it while the op runs
+  PyObject* argv[3] = {PyTuple_GET_ITEM(generic, 0), args, kwargs};
+  PyObject* out = PyObject_Vectorcall(target, argv, 3, nullptr);
+  Py_DECREF(target);
+  return out;
 }
 
 // tracking.executed[name] += 1 (a Counter: executed_ops() counts every op the user ran, however
