@@ -257,6 +257,7 @@ def register() -> None:
     patches.accelerator()
     patches.tensor()
     patches.data_ptr()
+    patches.backward()
     serialization.install()
     serialization.storage()
     _registered = True

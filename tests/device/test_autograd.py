@@ -1,8 +1,12 @@
 """Autograd on ``neuron`` equals autograd on CPU: graphs, hooks, grad modes, ``.data``, higher order.
 
-PyTorch runs a non-CPU device's backward pass on its own device thread; these tests also check
-that work done there (hooks, accumulation) lands in the same place as on CPU.
+PyTorch runs a non-CPU device's backward pass on its own device thread; the device runs the
+backward of ``neuron`` roots on the calling thread instead (``device/patches.backward``), and a
+``neuron`` graph reached from a CPU root still takes the device thread. These tests check that
+work done on either thread (hooks, accumulation) lands in the same place as on CPU.
 """
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -138,3 +142,48 @@ def test_custom_autograd_function(any_mode):
     Square.apply(xc).sum().backward()
     Square.apply(xn).sum().backward()
     assert torch.equal(xn.grad.cpu(), xc.grad)
+
+
+def _hook_threads(root_on_cpu: bool, use_grad: bool = False):
+    """The threads a backward pass ran a neuron tensor's hook on, and the gradient."""
+    seen = []
+    x = torch.randn(4, generator=torch.Generator().manual_seed(1)).to("neuron").requires_grad_()
+    x.register_hook(lambda g: seen.append(threading.get_ident()))
+    y = (x.sin() * 2)
+    loss = (y.cpu() if root_on_cpu else y).sum()
+    if use_grad:
+        (g,) = torch.autograd.grad(loss, x)
+    else:
+        loss.backward()
+        g = x.grad
+    return seen, g.cpu(), (x.detach().cpu().cos() * 2)
+
+
+def test_backward_of_neuron_roots_runs_on_the_calling_thread(any_mode):
+    for use_grad in (False, True):
+        seen, g, want = _hook_threads(root_on_cpu=False, use_grad=use_grad)
+        assert seen == [threading.get_ident()]
+        assert torch.allclose(g, want)
+        assert torch._C._is_multithreading_enabled()       # the switch is back on after
+
+
+def test_a_cpu_root_over_a_neuron_graph_takes_the_device_thread(any_mode):
+    seen, g, want = _hook_threads(root_on_cpu=True)
+    assert len(seen) == 1 and seen[0] != threading.get_ident()
+    assert torch.allclose(g, want)
+
+
+def test_multithreading_switch_restored_when_backward_raises():
+    x = torch.randn(3).to("neuron").requires_grad_()
+
+    def boom(g):
+        raise ValueError("from a hook")
+    x.register_hook(boom)
+    with pytest.raises(ValueError, match="from a hook"):
+        (x * 2).sum().backward()
+    assert torch._C._is_multithreading_enabled()
+    with torch.autograd.set_multithreading_enabled(False):   # the user's own choice is kept
+        y = torch.randn(3).to("neuron").requires_grad_()
+        (y * 2).sum().backward()
+        assert not torch._C._is_multithreading_enabled()
+    assert torch._C._is_multithreading_enabled()

@@ -114,11 +114,12 @@ def test_a_python_error_keeps_its_type_and_message():
 
 
 def test_backward_on_the_autograd_device_thread_calls_python_too():
-    """The autograd engine's device thread (its own Python thread state) takes the same way."""
+    """The autograd engine's device thread (its own Python thread state) takes the same way:
+    a CPU root over a neuron graph runs the neuron part there (patches.backward)."""
     x = torch.randn(5, 3, requires_grad=True)
     n = x.detach().to("neuron").requires_grad_()
     with neuron_lab.mode("adaptive"):
-        (n.tanh() * 2).sum().backward()
+        (n.tanh() * 2).cpu().sum().backward()
         neuron_lab.sync()
     (x.tanh() * 2).sum().backward()
     assert torch.allclose(n.grad.cpu(), x.grad)
