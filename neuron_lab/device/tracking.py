@@ -54,17 +54,24 @@ def _first_user_frame(f):
 def _waiting_caller():
     """The user frame of the thread blocked in autograd: PyTorch runs a device's backward pass
     on its own thread, whose stack holds no user code; the line to blame is ``loss.backward()``."""
-    me = threading.get_ident()
-    for tid, f in sys._current_frames().items():
-        if tid == me:
-            continue
-        g, in_autograd = f, False
-        while g is not None and not in_autograd:
-            in_autograd = g.f_code.co_filename.startswith(_AUTOGRAD_DIR)
-            g = g.f_back
-        if in_autograd:
-            return _first_user_frame(f)
-    return None
+    frames = sys._current_frames()
+    # This thread's own frame must not stay in a local: a frame that refers to itself outlives
+    # its return in a cycle, and keeps its callers' frames, with their locals, alive until the
+    # cycle collector runs. Found on W6 run as ``python -m`` (no user frame on the stack):
+    # ``Engine._capture``'s output stayed referenced, so autograd's AccumulateGrad found a
+    # second reference to each new gradient and copied it (a ``copy_``, a sync point).
+    frames.pop(threading.get_ident(), None)
+    try:
+        for f in frames.values():
+            g, in_autograd = f, False
+            while g is not None and not in_autograd:
+                in_autograd = g.f_code.co_filename.startswith(_AUTOGRAD_DIR)
+                g = g.f_back
+            if in_autograd:
+                return _first_user_frame(f)
+        return None
+    finally:
+        frames.clear()
 
 
 def user_frame_token(skip: int = 2, waiting: bool = True):
