@@ -188,8 +188,9 @@ _set_mt = torch._C._set_multithreading_enabled
 
 
 class _CallerThreadEngine:
-    """PyTorch's ``ImperativeEngine`` with ``run_backward`` routed as ``backward`` says; every
-    other attribute (``queue_callback``, ``is_checkpoint_valid``) is the engine's own."""
+    """PyTorch's ``ImperativeEngine`` with ``run_backward`` routed as ``backward`` says, and the
+    calling line recorded for ops of the pass that run on a device thread
+    (``tracking.backward_started``); every other attribute (``queue_callback``, ``is_checkpoint_valid``) is the engine's own."""
     __slots__ = ("engine",)
 
     def __init__(self, engine) -> None:
@@ -199,11 +200,15 @@ class _CallerThreadEngine:
         return getattr(self.engine, name)
 
     def run_backward(self, t_outputs, *args, **kwargs):
-        if _mt_enabled() and any(isinstance(t, torch.Tensor) and t.device.type == "neuron"
-                                 for t in t_outputs):
-            _set_mt(False)
-            try:
-                return self.engine.run_backward(t_outputs, *args, **kwargs)
-            finally:
-                _set_mt(True)
-        return self.engine.run_backward(t_outputs, *args, **kwargs)
+        saved = tracking.backward_started()       # the line ops of the pass are blamed on
+        try:
+            if _mt_enabled() and any(isinstance(t, torch.Tensor) and t.device.type == "neuron"
+                                     for t in t_outputs):
+                _set_mt(False)
+                try:
+                    return self.engine.run_backward(t_outputs, *args, **kwargs)
+                finally:
+                    _set_mt(True)
+            return self.engine.run_backward(t_outputs, *args, **kwargs)
+        finally:
+            tracking.backward_ended(saved)

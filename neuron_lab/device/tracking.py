@@ -27,7 +27,6 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _SKIP_PREFIXES = (_TORCH_DIR, _PKG_DIR, "<frozen")
 _SKIP_FILES = ("contextlib.py", "functools.py")
-_AUTOGRAD_DIR = os.path.join(os.path.dirname(torch.__file__), "autograd") + os.sep
 
 _lock = threading.Lock()
 # op name -> count; mutated on the hot path without the lock (the native direct kernel's runs
@@ -51,36 +50,48 @@ def _first_user_frame(f):
     return None
 
 
+# The user's line of each ``backward()`` in progress, by the thread that called it (set by
+# ``patches.backward`` around autograd's engine): a device thread's stack holds no user code.
+_backward_callers: dict[int, Any] = {}
+
+
+def backward_started() -> tuple:
+    """Remember the line calling ``backward()`` on this thread (the engine may run the pass on a
+    device thread); returns what ``backward_ended`` restores (a reentrant backward nests)."""
+    tid = threading.get_ident()
+    prev = _backward_callers.get(tid)
+    _backward_callers[tid] = user_frame_token(3, waiting=False)
+    return tid, prev
+
+
+def backward_ended(saved: tuple) -> None:
+    tid, prev = saved
+    if prev is None:
+        _backward_callers.pop(tid, None)
+    else:
+        _backward_callers[tid] = prev
+
+
 def _waiting_caller():
-    """The user frame of the thread blocked in autograd: PyTorch runs a device's backward pass
-    on its own thread, whose stack holds no user code; the line to blame is ``loss.backward()``."""
-    frames = sys._current_frames()
-    # This thread's own frame must not stay in a local: a frame that refers to itself outlives
-    # its return in a cycle, and keeps its callers' frames, with their locals, alive until the
-    # cycle collector runs. Found on W6 run as ``python -m`` (no user frame on the stack):
-    # ``Engine._capture``'s output stayed referenced, so autograd's AccumulateGrad found a
-    # second reference to each new gradient and copied it (a ``copy_``, a sync point).
-    frames.pop(threading.get_ident(), None)
-    try:
-        for f in frames.values():
-            g, in_autograd = f, False
-            while g is not None and not in_autograd:
-                in_autograd = g.f_code.co_filename.startswith(_AUTOGRAD_DIR)
-                g = g.f_back
-            if in_autograd:
-                return _first_user_frame(f)
-        return None
-    finally:
-        frames.clear()
+    """The line that called the ``backward()`` in progress, for an op with no user frame on its
+    own stack (PyTorch runs a device's backward pass on its own thread, whose stack holds no user
+    code). Read from what ``backward_started`` recorded: walking other threads' stacks instead
+    (``sys._current_frames()``, ``f_back``) crashed the process when the thread walked was
+    running (a compile thread importing modules: a segfault in ``f_back``), and kept this
+    thread's own frame in a reference cycle that held its callers' locals alive."""
+    callers = list(_backward_callers.values())
+    return callers[-1] if callers else None
 
 
 def user_frame_token(skip: int = 2, waiting: bool = True):
     """(filename, line) of the first user frame, cheaply (~1.5 us), for formatting later with
     ``format_location``; None if there is none. Holds no frame (no locals kept alive).
-    ``waiting=False`` skips the search of other threads for a ``backward()`` caller (it reads
-    every thread's stack): sync points and flushes, which run on the caller's thread."""
-    f = _first_user_frame(sys._getframe(skip)) or (_waiting_caller() if waiting else None)
-    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+    ``waiting=False``: do not fall back to the line of a ``backward()`` in progress (sync points
+    and flushes run on the caller's thread)."""
+    f = _first_user_frame(sys._getframe(skip))
+    if f is not None:
+        return f.f_code.co_filename, f.f_lineno
+    return _waiting_caller() if waiting else None
 
 
 def _cell_name(fn: str) -> str | None:
