@@ -67,7 +67,7 @@ def _is_plain(f) -> bool:
 
 class Engine:
     """One queue for the device, shared by every thread that issues ops (and by PyTorch's
-    autograd device thread, so forward and backward stay one region). ``lock`` (reentrant)
+    autograd device thread where it runs a pass, so forward and backward stay one region). ``lock`` (reentrant)
     guards the queue, the trie position and the region cache: a thread holds it while it
     captures, defers or launches, and while it materializes a pending value; threads doing
     anything else never wait for it. Ops from several threads interleave into the queue in
