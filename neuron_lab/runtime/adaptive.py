@@ -67,12 +67,12 @@ def _is_plain(f) -> bool:
 
 class Engine:
     """One queue for the device, shared by every thread that issues ops (and by PyTorch's
-    autograd device thread where it runs a pass, so forward and backward stay one region). ``lock`` (reentrant)
-    guards the queue, the trie position and the region cache: a thread holds it while it
-    captures, defers or launches, and while it materializes a pending value; threads doing
-    anything else never wait for it. Ops from several threads interleave into the queue in
-    the order they were issued, which is a valid order for each thread: results equal each
-    thread's eager results (tests/runtime/test_threads.py). The device model runs one thing
+    autograd device thread where it runs a pass, so forward and backward stay one region).
+    ``lock`` (reentrant) guards the queue, the trie position and the region cache: a thread
+    holds it while it captures, defers or launches, and while it materializes a pending value;
+    threads doing anything else never wait for it. Ops from several threads interleave into the
+    queue in the order they were issued, which is a valid order for each thread: results equal
+    each thread's eager results (tests/runtime/test_threads.py). The device model runs one thing
     at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
     the host work of launching, not the threads' other Python."""
 

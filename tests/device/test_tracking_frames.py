@@ -61,8 +61,9 @@ def test_a_gradient_seen_during_the_search_is_stolen_not_copied():
 def _skipped_hook(out: list):
     """A hook whose code counts as torch's (skipped in the search for the user's line)."""
     ns = {"out": out, "tracking": tracking}
-    code = compile("def hook(g):\n    out.append(tracking.user_frame_token(1))\n",
-                   os.path.join(os.path.dirname(torch.__file__), "_neuron_lab_test_hook.py"), "exec")
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "_neuron_lab_test_hook.py")
+    code = compile("def hook(g):\n    out.append(tracking.user_frame_token(1))\n", torch_file,
+                   "exec")
     exec(code, ns)
     return ns["hook"]
 
