@@ -73,6 +73,22 @@ def test_graph_spec_rebuilds_the_same_code(graphs):
             assert (e.shape, e.stride(), e.dtype) == (t.shape, t.stride(), t.dtype)
 
 
+def test_examples_are_faked_without_the_views_they_are():
+    """``compiler.build``'s examples can be views (strided copies on storages of their own,
+    made outside inference mode); they are faked as plain tensors of the same layout, as the
+    helper's are (a fake of a view fakes its base first: ~1.2 ms per input of a program load,
+    the GIL held in the user's process)."""
+    from neuron_lab.runtime import compiler
+    from neuron_lab.runtime.layout import strided_copy
+    h = torch.randn(4, 6)[:, ::2]
+    examples = [torch.randn(3, dtype=torch.float64), strided_copy(h, h.shape, (1, 4), 0)]
+    assert examples[1]._base is not None
+    for t, f in zip(examples, compiler._fake(examples)):
+        assert f._base is None
+        assert (f.shape, f.stride(), f.storage_offset(), f.dtype) == \
+            (t.shape, t.stride(), t.storage_offset(), t.dtype)
+
+
 def test_regions_compile_in_the_helper_and_load_from_the_cache(background):
     compiles = helper.state["compiles"]
     hits = counters["aot_autograd"]["autograd_cache_hit"]
