@@ -337,12 +337,14 @@ def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
 
 def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
                     fixed: list | None = None, fallback: list | None = None,
-                    packed_fails: bool = False):
+                    packed: bool | None = None):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
     ``fixed``: the region's floats were constant (these values): specialize them. If the floats
     cannot be data, the program is specialized too (``Specialized``; see the module header), on
     ``fallback`` (the values a specialized program of the region had) or this launch's.
-    ``packed_fails``: the compile helper found they cannot be data; do not try again.
+    ``packed``: what the compile helper found of compiling the floats as data — True: it
+    worked (this compile is a cache hit: no copy of the graph is kept for the fallback, ~8 ms of
+    a ~45 ms load), False: they cannot be data (do not try again), None: not known.
 
     Regions whose tensors are all small are compiled single-threaded: OpenMP fork/join costs
     more than the work (measured, 65 ops on 1 K floats, 2 cores: 390-730 us with 2 threads vs
@@ -356,7 +358,9 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
     if fixed is not None:         # fake examples with a ShapeEnv: inductor's caches need one
         return Specialized(_inductor(_specialize(gm, fixed), _fake(examples), largest), fixed,
                            chosen=True)
-    if not packed_fails:
+    if packed:
+        return _inductor(gm, _fake(examples), largest)
+    if packed is None:
         try:                                               # packed floats (see module header)
             return _inductor(copy.deepcopy(gm), _fake(examples), largest)
         except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard them
@@ -370,13 +374,19 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
     would start a pool of one worker process per core, each importing torch: on 2 cores a user's
     training step ran 1.35x its eager time on average while the first regions compiled (4x for
     the first 2 s, the pool starting), 1.14x with the compile in the compile thread alone
-    (bench W7); the compile itself took as long (15-16 s for W3's regions, empty cache)."""
+    (bench W7); the compile itself took as long (15-16 s for W3's regions, empty cache).
+
+    AOTAutograd's cache key is made without renaming the placeholders first
+    (``autograd_cache_normalize_inputs``): that renaming regenerates the module's code twice
+    (~8 ms of a ~45 ms load from a warm cache, with the GIL), and ``build`` names them the same
+    way for the same region every time (``scalars``, ``in0``...), so the keys hit as before."""
+    import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
     patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
         patch["cpp.threads"] = 1
-    with iconf.patch(patch):
+    with iconf.patch(patch), fconf.patch(autograd_cache_normalize_inputs=False):
         return compile_fx(gm, examples)
 
 

@@ -102,14 +102,15 @@ def _compiled(region, gm, examples, largest, floats):
     from inductor's caches; after a helper error it compiles here from scratch (the reference).
     """
     fixed, fallback = floats
-    packed_fails = False
+    packed = None
     if knobs.COMPILE_HELPER.get() and not knobs.SYNC_COMPILE.get():
         reply = helper.ask(gm, examples, largest, fixed, fallback)
         if _closing:                 # shutdown stopped the helper: do not compile here instead
             raise _Cancelled
-        packed_fails = reply is not None and reply.ok and reply.specialized_on is not None
+        if reply is not None and reply.ok:
+            packed = reply.specialized_on is None
     with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-        return compiler.compile_program(gm, examples, largest, fixed, fallback, packed_fails)
+        return compiler.compile_program(gm, examples, largest, fixed, fallback, packed)
 
 
 def _compile_lock():

@@ -191,6 +191,25 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
     assert tried == [False]                  # here: only the specialized graph (no item())
 
 
+def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, monkeypatch):
+    """Floats that changed every launch are data; once the helper compiled them so, the user's
+    process loads the same packed program (a cache hit) and keeps no copy of the graph for a
+    specialized fallback it will not need."""
+    from neuron_lab.runtime import compiler
+    copies = []
+    real = compiler.copy.deepcopy
+    monkeypatch.setattr(compiler.copy, "deepcopy", lambda x, *a: copies.append(x) or real(x, *a))
+    compiles = helper.state["compiles"]
+    a = torch.randn(64).to("neuron")
+    for i in range(6):                       # a different factor each launch: not constant
+        (a * (0.1 * (i + 1))).sin().add(1).sum().item()
+        runtime.wait_compiles()
+    assert helper.state["compiles"] > compiles
+    (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    assert not isinstance(reg.program, compiler.Specialized)
+    assert not any(isinstance(c, torch.fx.GraphModule) for c in copies)
+
+
 def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch):
     """A child forked after the helper started inherits its pipes: it neither stops the
     parent's helper nor sends it requests (it would interleave with the parent's)."""
