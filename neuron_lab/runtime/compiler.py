@@ -386,7 +386,9 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
     patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
     if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
         patch["cpp.threads"] = 1
-    with iconf.patch(patch), fconf.patch(autograd_cache_normalize_inputs=False):
+    names = ({"autograd_cache_normalize_inputs": False}      # a torch without it renames
+             if hasattr(fconf, "autograd_cache_normalize_inputs") else {})
+    with iconf.patch(patch), fconf.patch(names):
         return compile_fx(gm, examples)
 
 
