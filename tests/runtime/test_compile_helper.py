@@ -191,14 +191,15 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
     assert tried == [False]                  # here: only the specialized graph (no item())
 
 
-def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, monkeypatch):
+def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, graphs,
+                                                                 monkeypatch):
     """Floats that changed every launch are data; once the helper compiled them so, the user's
-    process loads the same packed program (a cache hit) and keeps no copy of the graph for a
-    specialized fallback it will not need."""
+    process loads the same packed program (a cache hit) from the graph itself, keeping no copy
+    of it for a specialized fallback it will not need."""
     from neuron_lab.runtime import compiler
-    copies = []
-    real = compiler.copy.deepcopy
-    monkeypatch.setattr(compiler.copy, "deepcopy", lambda x, *a: copies.append(x) or real(x, *a))
+    given = []
+    real = compiler._inductor
+    monkeypatch.setattr(compiler, "_inductor", lambda gm, *a: given.append(gm) or real(gm, *a))
     compiles = helper.state["compiles"]
     a = torch.randn(64).to("neuron")
     for i in range(6):                       # a different factor each launch: not constant
@@ -207,7 +208,7 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, monk
     assert helper.state["compiles"] > compiles
     (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
     assert not isinstance(reg.program, compiler.Specialized)
-    assert not any(isinstance(c, torch.fx.GraphModule) for c in copies)
+    assert given and all(any(g is gm for gm, _ in graphs) for g in given)
 
 
 def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch):
