@@ -44,7 +44,6 @@ from torch import fx
 from ..device import shell
 from ..device.executor import host_device
 from . import knobs, native
-from .layout import strided_copy
 from .opaque import OPAQUE
 from .record import Ref, contiguous_strides
 
@@ -198,10 +197,9 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
             if sid is None:
                 sid = slots[id(a)] = len(slots)
                 placeholders.append(g.placeholder(f"in{sid}"))
-                h = shell.host(a)      # the example: the input's values and strides, its own
-                ex = strided_copy(h, h.shape, h.stride(), 0)       # storage (compiled apart)
-                examples.append(ex if ex is not None else torch.empty_strided(
-                    h.shape, h.stride(), dtype=h.dtype, device=h.device))
+                h = shell.host(a)      # the example: the input's layout on a storage of its
+                examples.append(torch.empty_strided(  # own (compiled apart); no values: the
+                    h.shape, h.stride(), dtype=h.dtype, device=h.device))   # compile fakes it
             occurrences.append((i, path))
             pattern.append(sid)
             return placeholders[sid]
@@ -402,18 +400,5 @@ def _fake(examples: list) -> list:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     mode = FakeTensorMode(shape_env=ShapeEnv())
-    return [mode.from_tensor(_unviewed(t), static_shapes=True) for t in examples]
+    return [mode.from_tensor(t, static_shapes=True) for t in examples]
 
-
-def _unviewed(t: Tensor) -> Tensor:
-    """``t`` without its ``_base``: the same storage, offset, sizes and strides. ``build``'s
-    examples are views (``strided_copy``: a layout on a storage of its own), and a fake of a view
-    fakes its base first and replays the view through the fake mode's dispatch: ~1.2 ms per
-    input, 30 ms of a 25-input region's ~80 ms program load from a warm cache, the GIL held in
-    the user's process. Each example owns its storage, so nothing aliases that the view said;
-    the compile helper's examples (``helper.example_of``) are not views either, and the caches'
-    keys do not tell the two apart."""
-    if t._base is None:
-        return t
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
-        t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
