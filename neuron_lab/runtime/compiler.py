@@ -197,9 +197,11 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
             if sid is None:
                 sid = slots[id(a)] = len(slots)
                 placeholders.append(g.placeholder(f"in{sid}"))
-                h = shell.host(a)      # the example: the input's layout on a storage of its
-                examples.append(torch.empty_strided(  # own (compiled apart); no values: the
-                    h.shape, h.stride(), dtype=h.dtype, device=h.device))   # compile fakes it
+                # the example: the input's layout on a storage of its own, without values
+                # (the compile fakes it)
+                h = shell.host(a)
+                examples.append(torch.empty_strided(h.shape, h.stride(), dtype=h.dtype,
+                                                    device=h.device))
             occurrences.append((i, path))
             pattern.append(sid)
             return placeholders[sid]
@@ -401,4 +403,3 @@ def _fake(examples: list) -> list:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     mode = FakeTensorMode(shape_env=ShapeEnv())
     return [mode.from_tensor(t, static_shapes=True) for t in examples]
-
