@@ -1,10 +1,11 @@
 """Layer 1, the device: ``neuron`` registered through PrivateUse1, emulated on a host executor.
 
 Modules: ``registry`` (registration and the few patches PyTorch needs), ``shell`` (device
-tensors and their host data), ``kernels`` (the generic kernel), ``opinfo`` (per-op facts from
-schemas), ``memory`` (accounting, OOM), ``dtypes`` (Trainium rules), ``tracking`` (executed
-ops, fallbacks, sync points), ``module`` (``torch.neuron``), ``executor`` (CPU/CUDA host),
-``config`` (knobs), ``events`` (the instrumentation bus).
+tensors and their host data), ``kernels`` (the generic kernel), ``transfers`` (the transfer
+ops' kernels), ``opinfo`` (per-op facts from schemas), ``memory`` (accounting, OOM),
+``dtypes`` (Trainium rules), ``tracking`` (executed ops, fallbacks, sync points), ``module``
+(``torch.neuron``), ``executor`` (CPU/CUDA host), ``config`` (knobs), ``events`` (the
+instrumentation bus).
 """
 from . import slot  # noqa: F401  (must run first: makes "neuron" parse)
 from .executor import executor_name, host_device

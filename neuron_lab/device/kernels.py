@@ -1,4 +1,5 @@
-"""The device's kernels: one generic PrivateUse1 kernel per ATen op, plus the transfer ops.
+"""The device's kernels: one generic PrivateUse1 kernel per ATen op (the transfer ops and the
+ops with a host output of their own: ``transfers``).
 
 Lookup order for an op called on ``neuron`` tensors (the dispatcher's, written down):
 1. a CompositeImplicitAutograd decomposition, if the op has one and CPU has no kernel of its own
@@ -22,7 +23,7 @@ import torch
 
 from . import config, dtypes, hooks, memory, seam, shell, sizing, tracking
 from .executor import host_device
-from .opinfo import OpFacts, draws_random, facts
+from .opinfo import OpFacts, draws_random
 
 Tensor = torch.Tensor
 _NEURON = "neuron"
@@ -297,7 +298,7 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
         # any in-place op may resize its self (CPU's addbmm_ on a broadcastable self does)
         if orig.shape != h.shape or f.restride and (orig.stride() != h.stride()
                                                     or orig.storage_offset() != h.storage_offset()):
-            _regrow(f.name, h, orig)
+            regrow(f.name, h, orig)
             shell.restride(orig, h)
         return orig
     if alias is not None and not alias[2]:       # a view of an argument: shares its storage
@@ -308,7 +309,7 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
     return shell.wrap(h)
 
 
-def _regrow(op: str, h: Tensor, s: Tensor) -> None:
+def regrow(op: str, h: Tensor, s: Tensor) -> None:
     """Account a host storage an op grew in place (``resize_``, ``out=``). Past the capacity,
     undo it — shrink the storage back, restore ``h`` to shell ``s``'s metadata — and raise, so
     the tensor is unchanged. (A CPU resize replaces the storage's bytes: the native counter has
@@ -365,65 +366,3 @@ def _account(f: OpFacts, outs) -> None:
         memory.check(sum(s.nbytes() for s in new.values()), f.name)
         for st in new.values():
             memory.track(st)
-
-
-# --- transfers -------------------------------------------------------------------------------
-
-def copy_from(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
-    """``aten::_copy_from``: the cross-device half of ``copy_``."""
-    if src.device.type == _NEURON and dst.device.type == _NEURON:
-        shell.host(dst).copy_(shell.host(src))
-    elif src.device.type == _NEURON:             # device -> host: a sync point
-        seam.flush("cpu")
-        tracking.record_sync("cpu")
-        h = shell.host(src)
-        tracking.record_transfer("d2h", h.numel() * h.element_size())
-        dst.copy_(h, non_blocking=False)
-    else:                                        # host -> device
-        h = shell.host(dst)
-        tracking.record_transfer("h2d", src.numel() * src.element_size())
-        h.copy_(src, non_blocking=non_blocking and h.is_cuda)
-    tracking.executed["aten::_copy_from"] += 1
-    return dst
-
-
-def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
-    if dst.device.type == _NEURON:
-        h = shell.host(dst)
-        h.resize_(src.shape)
-        _regrow("aten::_copy_from_and_resize", h, dst)
-        shell.restride(dst, h)
-    else:
-        dst.resize_(src.shape)
-    return copy_from(src, dst)
-
-
-def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride=None) -> Tensor:
-    """``aten::set_`` onto a *storage*: the host storage behind a neuron storage is ``_h``.
-    Reached by ``torch.load(..., map_location='neuron')`` (``_rebuild_tensor``)."""
-    src = getattr(source, "_untyped_storage", source)
-    hs = shell.host_storage(src, None)
-    if src.device.type != _NEURON or hs is None:
-        raise RuntimeError(f"neuron: set_ needs a storage on neuron:0, got one on {src.device}")
-    if size is None:
-        size, stride = (hs.nbytes() // self.element_size(),), (1,)
-    h = torch.empty(0, dtype=self.dtype, device=hs.device).set_(hs, storage_offset, size, stride)
-    shell.restride(self, h)
-    tracking.executed["aten::set_"] += 1
-    return self
-
-
-def _cpu_second(op):
-    """Packed-sequence ops whose second output (batch sizes / lengths) lives on the CPU on every
-    device, as PyTorch's ``PackedSequence`` requires ("batch_sizes should always be on CPU")."""
-    f = facts(op)
-
-    def kernel(*args, **kwargs):
-        first, second = execute(f, args, kwargs)
-        return first, second.cpu()
-    kernel.__name__ = f"neuron_{f.base}"
-    return kernel
-
-
-pack_padded_sequence = _cpu_second(torch.ops.aten._pack_padded_sequence.default)
-pad_packed_sequence = _cpu_second(torch.ops.aten._pad_packed_sequence.default)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches, seam,
-               serialization, streams, tracking)
+               serialization, streams, tracking, transfers)
 from .opinfo import facts, overload
 
 _registered = False
@@ -49,7 +49,7 @@ def _kernel(op):
     f = facts(op)
     execute = kernels.execute
     if f.base == "set_" and "Storage" in f.name:
-        return kernels.set_storage
+        return transfers.set_storage
     if _native is not None:
         return _native.kernel(f, execute, vars(seam))
 
@@ -83,10 +83,10 @@ NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 # read the shell storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
 BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
-SPECIAL = {"_copy_from": kernels.copy_from, "_copy_from_and_resize": kernels.copy_from_and_resize,
+SPECIAL = {"_copy_from": transfers.copy_from, "_copy_from_and_resize": transfers.copy_from_and_resize,
            "_pin_memory": hooks.pin_device_tensor, "is_pinned": hooks.is_pinned_device_tensor,
-           "_pack_padded_sequence": kernels.pack_padded_sequence,
-           "_pad_packed_sequence": kernels.pad_packed_sequence}
+           "_pack_padded_sequence": transfers.pack_padded_sequence,
+           "_pad_packed_sequence": transfers.pad_packed_sequence}
 
 
 _DIRECT_KINDS = {"new": 0, "view": 1, "in_place": 2}     # csrc/direct.cpp's Kind

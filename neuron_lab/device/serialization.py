@@ -1,7 +1,7 @@
 """Saving and loading ``neuron`` tensors, and storages made directly on the device.
 
 1. ``torch.load(map_location='neuron')``: restoring a storage onto the device (``install``)
-   and ``set_`` onto a neuron storage (``kernels.set_storage``); a callable ``map_location``
+   and ``set_`` onto a neuron storage (``transfers.set_storage``); a callable ``map_location``
    for a neuron checkpoint.
 2. ``torch.UntypedStorage(n, device='neuron')`` needs a C++ allocator (``storage``).
 """

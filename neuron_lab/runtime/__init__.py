@@ -2,12 +2,14 @@
 
 ``set_mode("adaptive" | "eager")`` (env ``NEURON_LAB_MODE``; default adaptive), ``mode(...)``
 scoped, ``sync(reason)`` flushes queued work. Stages, one module each: ``record`` (the queued
-op and its key), ``adaptive`` (queue, region formation, deferral), ``cache`` (region trie, LRU),
-``compiler`` (FX graph -> inductor), ``worker`` (background compiles), ``policy`` (what to
-compile, fused or per-op), ``status`` (a region's states and transitions), ``replay`` (per-op
-launch), ``fused`` (fused launch), ``pending`` (giving pending outputs their values). The eager
-path is the device's own ``kernels.execute``; the engine plugs into the device through
-``device.seam``.
+op and its key), ``adaptive`` (queue, region formation, deferral), ``period`` (the
+repeated-suffix rule that cuts long segments), ``cache`` (region trie, LRU), ``compiler``
+(records -> FX graph), ``programs`` (FX graph -> inductor program), ``worker`` (background
+compiles) and ``helper`` (the process they run in), ``policy`` (what to compile, fused or
+per-op), ``status`` (a region's states and transitions), ``replay`` (per-op launch), ``fused``
+(fused launch), ``pending`` (giving pending outputs their values), ``blame`` (a deferred op's
+error named by its user's line). The eager path is the device's own ``kernels.execute``; the
+engine plugs into the device through ``device.seam``.
 """
 from __future__ import annotations
 

@@ -7,14 +7,11 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update), ops that cannot be queued (RNG, host fallbacks,
-  CPU tensor arguments), the queue limit (1024), and the **repeated-suffix rule** (only in
-  segments that have gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync; shorter ones
-  are cut by their syncs, which makes the whole step one region): when the ops have repeated
-  with period L for R more ops (R = the smallest multiple of L that is >=
-  ``NEURON_LAB_MIN_PERIOD_OPS``, 32, and R <= ``NEURON_LAB_MAX_PERIOD``, 512), those R ops are
-  cut into their own region — whole periods, long enough to be worth a fused launch. Keys are
-  position-relative, so a loop body has the same keys in every iteration; a training loop
-  without syncs and a re-run notebook cell both become stable regions without mark_step().
+  CPU tensor arguments), the queue limit (1024), and the **repeated-suffix rule**
+  (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
+  is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
+  so a loop body has the same keys in every iteration; a training loop without syncs and a
+  re-run notebook cell both become stable regions without mark_step().
 - **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
   tensors with metadata predicted from the trie (no meta-kernel on the hot path). ``launch``
   handles the common case inline: build the key, one trie lookup, ``_defer_one`` (see
@@ -38,33 +35,22 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import knobs, native, pending, policy, replay
+from . import blame, knobs, native, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
+from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      out_plan, rebuild, record_run, ref, rekey)
 
 Tensor = torch.Tensor
 _execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
 _executed = tracking.executed
-_pending = native.twin("pending", shell.pending)       # C twins: deferral.cpp (Engine._defer's
+_pending = native.twin("pending", shell.pending)       # C twins: deferral_shells.cpp (_defer's
 _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
 _wref = weakref.ref
 _tuple_new = tuple.__new__
-_plain: dict = {}
-
-
-def _is_plain(f) -> bool:
-    """Can ``f`` be queued whatever its arguments? (No RNG, data-dependent shape, host access,
-    same-device cast or boolean indexing to look at per call.) Cached per op."""
-    p = _plain.get(f)
-    if p is None:
-        p = _plain[f] = (not f.random and not f.data_dependent and policy.queueable(f)
-                         and f.base not in ("index", "_to_copy"))
-    return p
-
-
+_PLAIN = policy.PLAIN
 class Engine:
     """One queue for the device, shared by every thread that issues ops (and by PyTorch's
     autograd device thread where it runs a pass, so forward and backward stay one region).
@@ -93,8 +79,7 @@ class Engine:
         self.records: list[QueuedOp] = []
         self.producers: dict[int, tuple] = {}
         self.node: Node | None = None          # trie position while deferring
-        self.last_pos: dict = {}
-        self.cand = self.match = 0
+        self.period = PeriodRule()
         self.queued_bytes = 0     # bytes of every pending output handed out this segment
         self.headroom = 0         # queued_bytes past which _admit_pending counts exactly
         self._pressure = False
@@ -109,7 +94,7 @@ class Engine:
             return _execute(f, args, kwargs)
         with self.lock:
             node = self.node
-            if node is not None and _plain.get(f) and node.depth == len(self.records):
+            if node is not None and _PLAIN.get(f) and node.depth == len(self.records):
                 # the hot path: deferring along a known region, one op at a time
                 try:
                     described = describe(f, args, kwargs, node.depth, self.producers)
@@ -130,7 +115,7 @@ class Engine:
             described = None
         if not self.records:    # a segment starts here (never on the fast path): what is
             self.headroom = 0.9 * memory.capacity() - memory.counted()   # left before 90%
-        if not _is_plain(f) and (
+        if not policy.plain(f) and (
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
                 or (f.base == "index" and kernels.bool_indexing(f, args))):
@@ -181,31 +166,17 @@ class Engine:
         return out
 
     def _period(self, n: int, key) -> bool:
-        """Repeated-suffix rule; cuts the segment when the last 2L ops repeat. True if cut."""
-        L = self.cand
-        recs = self.records
-        if L and n - L >= 0 and recs[n - L].key == key:
-            self.match += 1
-        else:
-            p = self.last_pos.get(key)
-            if p is not None and 1 <= n - p <= knobs.MAX_PERIOD.get():
-                self.cand, self.match = n - p, 1
-            else:
-                self.cand = self.match = 0
-        self.last_pos[key] = n
-        L = self.cand
-        if not L:
+        """The repeated-suffix rule (``period.py``): cut its ops into a region. True if cut."""
+        start = self.period.observe(n, key, self.records)
+        if start is None:
             return False
-        R = L * -(-knobs.MIN_PERIOD_OPS.get() // L)   # whole periods, at least MIN_PERIOD_OPS ops
-        if self.match >= R and R <= knobs.MAX_PERIOD.get():
-            start = n - R + 1
-            keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
-                    for j, r in enumerate(recs[start:])]
-            self.cache.insert(recs[start:], keys)
-            self._debug("period", L)
-            self._end_segment("period")
-            return True
-        return False
+        recs = self.records
+        keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
+                for j, r in enumerate(recs[start:])]
+        self.cache.insert(recs[start:], keys)
+        self._debug("period", self.period.cand)
+        self._end_segment("period")
+        return True
 
     # --- replay (deferred) ----------------------------------------------------------------
     def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):
@@ -315,17 +286,7 @@ class Engine:
         """Bytes of this segment's pending outputs still alive and still without a value (the
         device's ``seam.pending_bytes``: they count in ``memory_allocated()``). May be called
         from another thread (the telemetry sampler): reads a snapshot of the queue."""
-        if not self.queued_bytes:
-            return 0
-        n = 0
-        for rec in list(self.records):
-            plan, outs = rec.plan, rec.outs
-            if plan is None:
-                continue
-            for spec, pair in zip(plan, outs):
-                if spec.nbytes and pair is not None and pending.unfilled(pair):
-                    n += spec.nbytes
-        return n
+        return pending.unfilled_bytes(list(self.records)) if self.queued_bytes else 0
 
     def _launch(self, region) -> None:
         recs = self.records
@@ -400,19 +361,10 @@ class Engine:
         self._reset()
 
     def _explain(self, e: Exception, n: int, where: str) -> None:
-        """Add the failing deferred op and the user's line that issued it to ``e`` (a note: the
-        exception keeps its type and message); remembered for tensors left without a value."""
-        failed = getattr(e, "neuron_lab_failed", None)
-        if failed is None:
-            return
-        i, rec = failed
-        loc, src = tracking.format_location(rec.where)
-        note = (f"neuron_lab: raised by {rec.facts.name} on neuron:0, op {i + 1} of {n} in {where}"
-                f" that the adaptive runtime deferred; issued at {loc}"
-                + (f": {src}" if src else "") + ". It ran at this later point; "
-                "neuron_lab.set_mode('eager') raises at the op's own line.")
-        e.add_note(note)
-        self.last_error = f"{type(e).__name__}: {e} ({note})"
+        """Name the deferred op that raised ``e`` and its user's line (``blame.explain``)."""
+        text = blame.explain(e, n, where)
+        if text is not None:
+            self.last_error = text
 
     def materialize(self, s) -> Tensor:
         """The host value of pending tensor ``s`` (the device asks through its seam): run the
@@ -422,10 +374,7 @@ class Engine:
             d = s.__dict__.get("_d")
             d = d if isinstance(d, Tensor) else shell._recover(s)
         if d is None:   # its producer was deferred and failed: never hand out a made-up value
-            raise RuntimeError(
-                f"neuron: this tensor (shape {tuple(s.shape)}, {s.dtype}) on neuron:0 has no "
-                f"value: the deferred op that computes it failed when its region ran "
-                f"({self.last_error or 'see the earlier error'}). Recompute it.")
+            raise blame.no_value(s, self.last_error)
         return d
 
     def _debug(self, what: str, n) -> None:

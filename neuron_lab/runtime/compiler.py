@@ -6,7 +6,8 @@ in-place; AOTAutograd functionalizes them and writes input mutations back into t
 tensors), and outputs for the region's values that were alive when it was compiled. Inductor
 compiles it for the executor device (C++/OpenMP kernels on CPU, Triton on CUDA).
 
-``Plan`` is what a launch (``fused.py``) needs besides the program: where each input comes from (op index and
+``programs.py`` compiles the graph (``compile_program``; ``Specialized`` for floats compiled in
+as constants). ``Plan`` is what a launch (``fused.py``) needs besides the program: where each input comes from (op index and
 argument path), the aliasing pattern of inputs at compile time (a launch whose inputs alias
 differently runs per-op instead), and which (op, output) pairs the program returns.
 
@@ -32,10 +33,7 @@ stays one region. How the program gets them:
 """
 from __future__ import annotations
 
-import copy
 import operator
-import os
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +41,7 @@ from torch import fx
 
 from ..device import shell
 from ..device.executor import host_device
-from . import knobs, native
+from . import native
 from .opaque import OPAQUE
 from .record import Ref, contiguous_strides
 
@@ -251,24 +249,6 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
     return gm, plan, examples
 
 
-_cache_ready = False
-
-
-def _persist_cache() -> None:
-    """Point inductor's on-disk caches at NEURON_LAB_CACHE_DIR so restarts reuse programs."""
-    global _cache_ready
-    if _cache_ready:
-        return
-    base = knobs.CACHE_DIR.get()
-    os.makedirs(base, exist_ok=True)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(base, "inductor"))
-    import torch._functorch.config as fconf
-    import torch._inductor.config as iconf
-    iconf.fx_graph_cache = True
-    fconf.enable_autograd_cache = True
-    _cache_ready = True
-
-
 def largest_numel(records: list) -> int:
     return max((_numel(m.size) for r in records for m in r.metas if m is not None), default=0)
 
@@ -278,128 +258,3 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def _fx_patches_stay_in_their_thread() -> None:
-    """FX tracing (inductor's pattern setup, AOTAutograd's make_fx) patches ``nn.Module.__call__``
-    on the class, for every thread, while it traces. A model called on the main thread during a
-    background compile then fails ("module is not installed as a submodule"). Route patched
-    methods to the patched version only in the thread that is tracing."""
-    from torch.fx import _symbolic_trace as st
-    orig = st._Patcher.patch_method
-    if getattr(orig, "_neuron_lab", False):
-        return
-
-    def patch_method(self, cls, name, new_fn, deduplicate=True):
-        owner, real = threading.get_ident(), getattr(cls, name)
-
-        def routed(*a, **k):
-            return new_fn(*a, **k) if threading.get_ident() == owner else real(*a, **k)
-        return orig(self, cls, name, routed, deduplicate)
-
-    patch_method._neuron_lab = True
-    st._Patcher.patch_method = patch_method
-
-
-class Specialized:
-    """A program compiled with the region's floats as constants ``fixed`` (a list, in plan
-    order); ``fused.launch_inputs`` checks them before each launch. ``chosen``: specialized
-    because the floats were constant (else: because they cannot be data). ``packed``: the
-    scalars input the program still takes (unread), made once."""
-    __slots__ = ("program", "fixed", "chosen", "packed")
-
-    def __init__(self, program, fixed: list, chosen: bool = False) -> None:
-        self.program, self.fixed, self.chosen = program, fixed, chosen
-        self.packed = torch.tensor(fixed, dtype=torch.float64)
-
-    def __call__(self, *inputs):
-        return self.program(*inputs)
-
-
-def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
-    """``gm`` with each packed float read (``select`` + ``item()``) replaced by its value."""
-    item = torch.ops.aten._local_scalar_dense.default
-    g = gm.graph
-    for n in list(g.nodes):
-        if n.target is item:
-            sel = n.args[0]
-            val = float(values[sel.args[2]])
-            for user in list(n.users):
-                user.args = fx.node.map_arg(user.args, lambda a: val if a is n else a)
-                user.kwargs = fx.node.map_arg(user.kwargs, lambda a: val if a is n else a)
-            g.erase_node(n)
-            if not sel.users:
-                g.erase_node(sel)
-    g.lint()
-    gm.recompile()
-    return gm
-
-
-def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
-                    fixed: list | None = None, fallback: list | None = None,
-                    packed: bool | None = None):
-    """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
-    ``fixed``: the region's floats were constant (these values): specialize them. If the floats
-    cannot be data, the program is specialized too (``Specialized``; see the module header), on
-    ``fallback`` (the values a specialized program of the region had) or this launch's.
-    ``packed``: what the compile helper found of compiling the floats as data — True: it
-    worked (this compile is a cache hit: no copy of the graph is kept for the fallback, ~8 ms of
-    a ~45 ms load), False: they cannot be data (do not try again), None: not known.
-
-    Regions whose tensors are all small are compiled single-threaded: OpenMP fork/join costs
-    more than the work (measured, 65 ops on 1 K floats, 2 cores: 390-730 us with 2 threads vs
-    11 us with 1). ``NEURON_LAB_PARALLEL_MIN_NUMEL`` sets the size from which kernels go parallel.
-    """
-    _persist_cache()
-    _fx_patches_stay_in_their_thread()
-    item = torch.ops.aten._local_scalar_dense.default
-    if not any(n.target is item for n in gm.graph.nodes):
-        return _inductor(gm, _fake(examples), largest)
-    if fixed is not None:         # fake examples with a ShapeEnv: inductor's caches need one
-        return Specialized(_inductor(_specialize(gm, fixed), _fake(examples), largest), fixed,
-                           chosen=True)
-    if packed:
-        return _inductor(gm, _fake(examples), largest)
-    if packed is None:
-        try:                                               # packed floats (see module header)
-            return _inductor(copy.deepcopy(gm), _fake(examples), largest)
-        except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard them
-            pass
-    values = fallback if fallback is not None else examples[0].tolist()
-    return Specialized(_inductor(_specialize(gm, values), _fake(examples), largest), values)
-
-
-def _inductor(gm: fx.GraphModule, examples: list, largest: int):
-    """``compile_fx`` with ``NEURON_LAB_COMPILE_THREADS`` compile workers (default 1). Inductor
-    would start a pool of one worker process per core, each importing torch: on 2 cores a user's
-    training step ran 1.35x its eager time on average while the first regions compiled (4x for
-    the first 2 s, the pool starting), 1.14x with the compile in the compile thread alone
-    (bench W7); the compile itself took as long (15-16 s for W3's regions, empty cache).
-
-    AOTAutograd's cache key is made without renaming the placeholders first
-    (``autograd_cache_normalize_inputs``): that renaming regenerates the module's code twice
-    (~8 ms of a ~45 ms load from a warm cache, with the GIL), and ``build`` names them the same
-    way for the same region every time (``scalars``, ``in0``...), so the keys hit as before."""
-    import torch._functorch.config as fconf
-    import torch._inductor.config as iconf
-    from torch._inductor.compile_fx import compile_fx
-    patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
-    if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
-        patch["cpp.threads"] = 1
-    names = ({"autograd_cache_normalize_inputs": False}      # a torch without it renames
-             if hasattr(fconf, "autograd_cache_normalize_inputs") else {})
-    with iconf.patch(patch), fconf.patch(names):
-        return compile_fx(gm, examples)
-
-
-def _fake(examples: list) -> list:
-    """Example inputs as fake tensors of a mode with a ShapeEnv, so ``item()`` in the graph can
-    make an unbacked SymFloat; shapes stay static (the region's key fixes them). Inductor's FX
-    graph and AOTAutograd caches also need the ShapeEnv: with real example tensors they bypass
-    ("No shape env") and every process compiles the region again (W4's 335-op region: 4.8 s
-    each run instead of a 2.5 s cache hit). Every program compiles with them, with floats or
-    without (W3's forward+backward region in a second process: 3.08 s bypassing, 1.94 s hit)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-    return [mode.from_tensor(t, static_shapes=True) for t in examples]

@@ -18,7 +18,7 @@ import torch
 
 from ..device import config, kernels, tracking
 from ..device.dtypes import HOST_ONLY
-from . import adaptive, knobs, record
+from . import adaptive, knobs, policy, record
 from .native import extension
 
 
@@ -40,7 +40,7 @@ def seam_runtime(engine: adaptive.Engine):
     if ext is None:
         return engine
     ext.configure({
-        "engine": engine, "lock": engine.lock, "plain": adaptive._plain,
+        "engine": engine, "lock": engine.lock, "plain": policy.PLAIN,
         "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
         "memory_format_type": torch.memory_format, "device_type": torch.device,
         "not_queueable": record.NotQueueable,

@@ -26,7 +26,7 @@ from .pending import alive, fill
 
 
 class FloatsChanged(Exception):
-    """A program specialized on constant floats (``compiler.Specialized.chosen``) met a launch
+    """A program specialized on constant floats (``programs.Specialized.chosen``) met a launch
     whose floats differ: the policy compiles the region again with its floats as data."""
 
 
@@ -63,7 +63,7 @@ def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
 
 def launch_inputs(program, plan: Plan, records: list) -> list | None:
     """``gather_inputs``; for a program compiled with specialized floats
-    (``compiler.Specialized``), only if this launch's floats are the ones it was compiled with
+    (``programs.Specialized``), only if this launch's floats are the ones it was compiled with
     (the guard; see ``compiler``'s header): else FloatsChanged (specialized by choice) or None."""
     fixed = getattr(program, "fixed", None)
     if fixed is None:

@@ -6,7 +6,7 @@ holds the GIL in the user's process; the worker thread lowers the switch interva
 (``worker.py``), but the user's loop still stalled: W3's step ran 1.38x its eager time on
 average while its regions compiled (bench W7), single steps 183 ms against ~10. In the helper,
 the compile holds another interpreter's GIL; the user's process then runs the same
-``compiler.compile_program`` on the same graph, which hits the AOTAutograd and FX graph caches
+``programs.compile_program`` on the same graph, which hits the AOTAutograd and FX graph caches
 the helper just wrote (same graph, example metadata and inductor options, so the same keys) and
 only loads the program.
 
@@ -293,8 +293,7 @@ def running() -> bool:
 
 # --- the helper's side ---------------------------------------------------------------------
 def _serve(inp, out) -> None:
-    from . import compiler
-    from .compiler import Specialized
+    from .programs import Specialized, compile_program
     while True:
         try:
             req = pickle.load(inp)
@@ -303,8 +302,8 @@ def _serve(inp, out) -> None:
         t0 = time.perf_counter()
         try:
             gm = graph_of(req.nodes)
-            program = compiler.compile_program(gm, [example_of(s) for s in req.examples],
-                                               req.largest, req.fixed, req.fallback)
+            program = compile_program(gm, [example_of(s) for s in req.examples],
+                                      req.largest, req.fixed, req.fallback)
             forced = (program.fixed if isinstance(program, Specialized) and not program.chosen
                       else None)
             reply = Reply(True, forced, None, time.perf_counter() - t0)

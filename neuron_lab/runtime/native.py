@@ -1,6 +1,7 @@
-"""The runtime's C extension (``runtime/csrc``): the deferral hot path (``deferral.cpp``, used by
-``fastpath``) and the engine's record keeping (``records.cpp``: ``record.record_run``,
-``pending.live_outputs``, ``compiler.scalar_values``). Built once per source hash with the
+"""The runtime's C extension (``runtime/csrc``): the deferral hot path (``deferral.cpp``, with
+``deferral_keys.cpp`` and ``deferral_shells.cpp``; used by ``fastpath``) and the engine's
+record keeping (``records.cpp``: ``record.record_run``, ``pending.live_outputs``,
+``compiler.scalar_values``). Built once per source hash with the
 device's builder, next to the device's own extension.
 
 Every C function here has a Python reference of the same name and behaviour, which is what runs

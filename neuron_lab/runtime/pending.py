@@ -36,6 +36,21 @@ def unfilled(ref_pair) -> bool:
     return st is not None and getattr(st, "_h", 0) is None
 
 
+def unfilled_bytes(records: list) -> int:
+    """Bytes of the pending outputs of ``records`` still alive and still without a value (what
+    ``memory_allocated()`` adds for a queue). ``records`` may be a snapshot another thread's
+    queue is still growing from."""
+    n = 0
+    for rec in records:
+        plan, outs = rec.plan, rec.outs
+        if plan is None:
+            continue
+        for spec, pair in zip(plan, outs):
+            if spec.nbytes and pair is not None and unfilled(pair):
+                n += spec.nbytes
+    return n
+
+
 def fill(target, h: Tensor) -> None:
     """Give a pending shell (or the storage of one's shallow copies) its host value; the host
     storage is counted as device memory from now on (``memory``: pending outputs are not

@@ -63,6 +63,19 @@ def queueable(f) -> bool:
     return q
 
 
+PLAIN: dict = {}     # {OpFacts: plain(f)}; the C hot path reads it too (fastpath.configure)
+
+
+def plain(f) -> bool:
+    """Can ``f`` be queued whatever its arguments? (No RNG, data-dependent shape, host access,
+    same-device cast or boolean indexing to look at per call.) Cached per op."""
+    p = PLAIN.get(f)
+    if p is None:
+        p = PLAIN[f] = (not f.random and not f.data_dependent and queueable(f)
+                        and f.base not in ("index", "_to_copy"))
+    return p
+
+
 def same_device_cast(f, args, kwargs) -> bool:
     """``_to_copy`` that stays on ``neuron`` (``x.float()``, ``.to(dtype)``, ``.to('neuron')`` of a
     neuron tensor) is an ordinary op, queued like any other; only a copy to another device is a

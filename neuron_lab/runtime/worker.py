@@ -46,7 +46,7 @@ import traceback
 import torch
 
 from ..device import events
-from . import compiler, helper, knobs
+from . import helper, knobs, programs
 from .status import Status
 
 _q: queue.Queue = queue.Queue()
@@ -110,7 +110,7 @@ def _compiled(region, gm, examples, largest, floats):
         if reply is not None and reply.ok:
             packed = reply.specialized_on is None
     with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-        return compiler.compile_program(gm, examples, largest, fixed, fallback, packed)
+        return programs.compile_program(gm, examples, largest, fixed, fallback, packed)
 
 
 def _compile_lock():
@@ -175,7 +175,7 @@ def has_room() -> bool:
 
 def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -> None:
     """Compile ``gm`` for ``region`` in the background; ``floats``: (fixed, fallback) of
-    ``compiler.compile_program``."""
+    ``programs.compile_program``."""
     global _thread
     if _closing:
         region.move(Status.RECORDED)

@@ -179,15 +179,15 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
     """``lerp``'s weight cannot be data: the helper tries the packed floats, fails, specializes;
     the user's process is told so and compiles the specialized program only (a cache hit),
     never the packed attempt."""
-    from neuron_lab.runtime import compiler
+    from neuron_lab.runtime import programs
     tried = []
-    real = compiler._inductor
+    real = programs._inductor
 
     def spy(gm, examples, largest):
         tried.append(any(n.target is torch.ops.aten._local_scalar_dense.default
                          for n in gm.graph.nodes))
         return real(gm, examples, largest)
-    monkeypatch.setattr(compiler, "_inductor", spy)
+    monkeypatch.setattr(programs, "_inductor", spy)
     compiles = helper.state["compiles"]
     a, b = torch.randn(64), torch.randn(64)
     na, nb = a.to("neuron"), b.to("neuron")
@@ -197,7 +197,7 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
         runtime.wait_compiles()
     assert helper.state["compiles"] > compiles
     (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
-    assert isinstance(reg.program, compiler.Specialized) and not reg.program.chosen
+    assert isinstance(reg.program, programs.Specialized) and not reg.program.chosen
     assert tried == [False]                  # here: only the specialized graph (no item())
 
 
@@ -206,10 +206,10 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, grap
     """Floats that changed every launch are data; once the helper compiled them so, the user's
     process loads the same packed program (a cache hit) from the graph itself, keeping no copy
     of it for a specialized fallback it will not need."""
-    from neuron_lab.runtime import compiler
+    from neuron_lab.runtime import programs
     given = []
-    real = compiler._inductor
-    monkeypatch.setattr(compiler, "_inductor", lambda gm, *a: given.append(gm) or real(gm, *a))
+    real = programs._inductor
+    monkeypatch.setattr(programs, "_inductor", lambda gm, *a: given.append(gm) or real(gm, *a))
     compiles = helper.state["compiles"]
     a = torch.randn(64).to("neuron")
     for i in range(6):                       # a different factor each launch: not constant
@@ -217,7 +217,7 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, grap
         runtime.wait_compiles()
     assert helper.state["compiles"] > compiles
     (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
-    assert not isinstance(reg.program, compiler.Specialized)
+    assert not isinstance(reg.program, programs.Specialized)
     assert given and all(any(g is gm for gm, _ in graphs) for g in given)
 
 

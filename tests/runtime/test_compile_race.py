@@ -18,7 +18,7 @@ import time
 import torch
 
 from neuron_lab import runtime
-from neuron_lab.runtime import compiler, knobs
+from neuron_lab.runtime import knobs, programs
 
 
 def _long(a):
@@ -31,7 +31,7 @@ def test_background_compile_and_torch_compile_take_turns(fresh_engine, monkeypat
     import torch._dynamo
     import torch.fx.traceback as fx_traceback
 
-    real = compiler.compile_program
+    real = programs.compile_program
     started, done, finished = threading.Event(), threading.Event(), threading.Event()
 
     def compile_program(*a, **k):
@@ -44,7 +44,7 @@ def test_background_compile_and_torch_compile_take_turns(fresh_engine, monkeypat
         finished.set()
         return real(*a, **k)
 
-    monkeypatch.setattr(compiler, "compile_program", compile_program)
+    monkeypatch.setattr(programs, "compile_program", compile_program)
     x = torch.randn(33, 17).to("neuron")
     old = sys.getswitchinterval()
     with knobs.SYNC_COMPILE.scoped(False), knobs.TRIALS.scoped(0):

@@ -7,7 +7,7 @@ import torch
 
 import neuron_lab
 from neuron_lab import runtime
-from neuron_lab.runtime import compiler, knobs
+from neuron_lab.runtime import knobs, programs
 
 
 def _cell(x):
@@ -35,7 +35,7 @@ def test_hot_region_compiles_and_runs_fused():
 def test_compile_failure_falls_back_and_is_recorded(monkeypatch):
     def boom(gm, examples, *a, **k):
         raise RuntimeError("injected compiler failure")
-    monkeypatch.setattr(compiler, "compile_program", boom)
+    monkeypatch.setattr(programs, "compile_program", boom)
     x = torch.ones(256, device="neuron")
     neuron_lab.sync()
     vals = [_cell(x).item() for _ in range(5)]
@@ -95,14 +95,14 @@ def test_constant_floats_are_compiled_in_then_become_data_when_they_change():
         for _ in range(4):
             assert body(x, 1.5).item() == pytest.approx(body(x_cpu, 1.5).item(), rel=1e-5)
         (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 5]
-        assert isinstance(r.program, compiler.Specialized) and r.program.chosen
+        assert isinstance(r.program, programs.Specialized) and r.program.chosen
         assert r.program.fixed == [1.5, 0.5, -0.25, 2.0]
         fused = runtime.stats()["launches_fused"]
         assert fused >= 1
         for s in (0.7, 0.9, 1.1, 1.3, 1.5, 1.7):            # the scale changes every launch
             assert body(x, s).item() == pytest.approx(body(x_cpu, s).item(), rel=1e-5)
     assert runtime.stats()["compiles_done"] == 2 and runtime.stats()["compiles_failed"] == 0
-    assert r.program is not None and not isinstance(r.program, compiler.Specialized)
+    assert r.program is not None and not isinstance(r.program, programs.Specialized)
     assert len(r.plan.scalars) == 4
     assert runtime.stats()["launches_fused"] >= fused + 3     # the data-float program runs
 

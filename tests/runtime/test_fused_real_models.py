@@ -127,9 +127,9 @@ def test_strided_copy_writes_any_layout_eager_makes():
 def test_an_output_a_program_lays_out_otherwise_gets_eagers_layout(monkeypatch):
     """Whatever a program returns, the launch hands out eager's layout: here every 2-d output
     comes back column-major (values unchanged); the launch copies them (``fused.relaid``)."""
-    from neuron_lab.runtime import compiler
+    from neuron_lab.runtime import programs
 
-    real = compiler.compile_program
+    real = programs.compile_program
 
     def column_major(gm, examples, *a, **kw):
         program = real(gm, examples, *a, **kw)
@@ -137,7 +137,7 @@ def test_an_output_a_program_lays_out_otherwise_gets_eagers_layout(monkeypatch):
         def run(*inputs):
             return tuple(o.t().contiguous().t() if o.dim() == 2 else o for o in program(*inputs))
         return run
-    monkeypatch.setattr(compiler, "compile_program", column_major)
+    monkeypatch.setattr(programs, "compile_program", column_major)
     x_cpu = torch.linspace(-1, 1, 48).view(6, 8)
     x = x_cpu.to("neuron")
     ref = torch.tanh(x_cpu * 2 + 1) * 3

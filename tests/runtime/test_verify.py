@@ -10,7 +10,7 @@ import torch
 
 import neuron_lab
 from neuron_lab import runtime
-from neuron_lab.runtime import compiler, knobs
+from neuron_lab.runtime import knobs, programs
 
 
 def _step(x, w):
@@ -28,13 +28,13 @@ def _run(x, w, n=6):
 
 @pytest.fixture
 def miscompiled(monkeypatch):
-    real = compiler.compile_program
+    real = programs.compile_program
 
     def wrong(*a, **k):
         program = real(*a, **k)
         return lambda *inputs: tuple(o + 1 for o in program(*inputs))
 
-    monkeypatch.setattr(compiler, "compile_program", wrong)
+    monkeypatch.setattr(programs, "compile_program", wrong)
 
 
 @pytest.fixture

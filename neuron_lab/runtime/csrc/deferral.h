@@ -1,0 +1,70 @@
+// The adaptive engine's deferral hot path in C, the pieces deferral.cpp (Engine.launch) is built
+// from: the state ``configure`` hands over and the interned attribute names (defined in
+// deferral.cpp), an op call's key and templates (deferral_keys.cpp: record.describe's twin) and
+// pending shells (deferral_shells.cpp: shell.pending's twins).
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <torch/csrc/Dtype.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "python_objects.h"   // device/csrc: intern, hold, untracked, named
+
+namespace neuron_lab::deferral {
+
+struct State {
+  PyObject* engine = nullptr;        // runtime.adaptive.Engine (one per process)
+  PyObject* acquire = nullptr;       // engine.lock.acquire / .release, bound (an RLock, the
+                                     // same object for the engine's life)
+  PyObject* release = nullptr;
+  PyObject* plain = nullptr;         // policy.PLAIN: {OpFacts: bool}
+  PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
+  PyTypeObject* dtype_type = nullptr;          // torch.dtype, torch.memory_format, ...
+  PyTypeObject* memory_format_type = nullptr;
+  PyTypeObject* layout_type = nullptr;
+  PyTypeObject* device_type = nullptr;
+  PyObject* not_queueable = nullptr; // record.NotQueueable
+  PyObject* float_key = nullptr;     // record.FLOAT
+  PyTypeObject* produced = nullptr;  // record.Produced
+  PyTypeObject* queued = nullptr;    // record.QueuedOp
+  PyObject* mode = nullptr;          // knobs.MODE (a Knob)
+  PyObject* unset = nullptr;         // config._UNSET
+  PyObject* adaptive = nullptr;      // "adaptive"
+  c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
+  c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
+  PyTypeObject* tensor = nullptr;    // torch.Tensor
+  PyObject* execute = nullptr;       // the device's kernels.execute (eager mode)
+  PyObject* py_launch = nullptr;     // Engine.launch (the Python path), bound
+  PyObject* py_adaptive = nullptr;   // Engine._adaptive, bound
+  PyObject* admit = nullptr;         // Engine._admit_pending, bound
+  PyObject* flush = nullptr;         // Engine.flush, bound
+  long fast = 0, slow = 0;           // ops deferred here / handed to Python (tests read them)
+  std::unordered_map<PyObject*, long long> deferred;   // facts -> ops deferred here since the
+                                     // last deferred_counts() (held: OpFacts live for good)
+};
+
+extern State S;
+
+// interned attribute names (init_deferral)
+extern PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast,
+    *s_metas, *s_where, *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name,
+    *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
+    *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x;
+
+// deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
+// nullptr with an exception set (record.NotQueueable: a call that cannot be queued).
+PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
+                   PyObject* producers, bool floats);
+
+// deferral_shells.cpp: a pending shell of a FastOut's size, stride, offset and dtype; (tensor,
+// storage) as new references, or false with an exception set.
+bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
+               PyObject** t, PyObject** st);
+
+// ``o.name = None``: ``o``, or nullptr with an exception set.
+PyObject* set_attr_none(PyObject* o, PyObject* name);
+
+}  // namespace neuron_lab::deferral
