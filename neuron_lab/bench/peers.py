@@ -9,13 +9,14 @@
                    eager (the way most users write it).
 ``neuron_compile`` ``torch.compile(model, backend="neuron")`` on the ``neuron`` device (the same
                    inductor code as ``compile``, bound to neuron tensors; docs/compile.md); the
-                   optimizer runs eager in adaptive mode, as ``compile``'s runs eager. W3, W4 only.
+                   optimizer runs eager in adaptive mode, as ``compile``'s runs eager. W3, W4, W6.
 ``lazy``           ``torch._lazy`` (C++ lazy tensor core, TorchScript backend), device ``"lazy"``,
                    ``torch._lazy.mark_step()`` at the end of every iteration.
 =================  ==================================================================================
 
-Interface: ``device``; ``active()`` (context for a workload's set-up: the adaptive peer starts
-from an empty region cache); ``sampling()`` (context for one timed sample); ``compile(fn)`` /
+Interface: ``device``; ``active()`` (context for a workload's set-up: the adaptive and neuron
+compiled peers start from an empty region cache); ``sampling()`` (context for one timed sample:
+those two with the regions they learned installed, ``runtime.switch_state``); ``compile(fn)`` /
 ``module(m)`` (what torch.compile wraps; identity elsewhere); ``step_end()`` (the per-iteration
 boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
 (adaptive only: wait for background compiles, warm again, until no compile was queued and no
@@ -107,17 +108,45 @@ class NeuronEager(Peer):
 
 
 class NeuronAdaptive(NeuronEager):
+    """The adaptive runtime. Each such peer (this one and ``neuron_compile``) learns its own
+    regions from an empty cache at its set-up, and is sampled and reported with those regions
+    installed (``runtime.switch_state``): the engine is one per process, and the peers of a
+    workload are set up one after the other, then sampled in turn."""
     name, mode = "neuron_adaptive", "adaptive"
+    _state = None       # this peer's regions while another's are installed (None: its own are)
 
     @contextlib.contextmanager
     def active(self):
         import neuron_lab
         from neuron_lab import runtime
         runtime.wait_compiles(None)
-        runtime.reset()             # each workload starts from an empty region cache
+        runtime.reset()             # each peer's set-up starts from an empty region cache
         self._compile_s0 = runtime.stats()["compile_seconds"]   # the worker's total is per process
         self.settle_info = None
-        with neuron_lab.mode("adaptive"):
+        self._state = None
+        try:
+            with neuron_lab.mode("adaptive"):
+                yield
+        finally:
+            self._state = runtime.switch_state(None)    # kept for this peer's samples
+
+    @contextlib.contextmanager
+    def _own_regions(self):
+        from neuron_lab import runtime
+        if self._state is None:     # installed already (inside ``active``)
+            yield
+            return
+        other = runtime.switch_state(self._state)
+        self._state = None
+        try:
+            yield
+        finally:
+            self._state = runtime.switch_state(other)
+
+    @contextlib.contextmanager
+    def sampling(self):
+        import neuron_lab
+        with self._own_regions(), neuron_lab.mode(self.mode):
             yield
 
     def settle(self, warm, cfg):
@@ -151,7 +180,11 @@ class NeuronAdaptive(NeuronEager):
         runtime.reset()
 
     def extra(self) -> dict:
-        """Runtime counters since this workload started (the engine is reset per workload)."""
+        """Runtime counters since this peer's set-up started from an empty region cache."""
+        with self._own_regions():
+            return self._counters()
+
+    def _counters(self) -> dict:
         from neuron_lab import runtime
         s = runtime.stats()
         keep = ("hits", "misses", "hit_rate", "launches_fused", "launches_per_op", "ops_fused",

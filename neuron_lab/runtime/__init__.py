@@ -124,8 +124,30 @@ def regions() -> list[dict]:
 
 def reset() -> None:
     """Forget every cached region and counter (a fresh engine)."""
+    switch_state(None)
+
+
+class EngineState:
+    """What the engine learned (its regions, their programs and trials, its counters), held
+    outside it by ``switch_state``."""
+    __slots__ = ("attrs",)
+
+    def __init__(self, attrs: dict) -> None:
+        self.attrs = attrs
+
+
+_SHARED = ("lock", "describe")     # the engine's, whatever state it holds
+
+
+def switch_state(state: EngineState | None) -> EngineState:
+    """Install ``state`` in the engine (None: a fresh one, as ``reset``) and return the one it
+    held, after running what was queued. For measuring several models in one process, each
+    with the regions it learned as if it ran alone (the benchmark's neuron peers: one peer's
+    set-up used to reset the regions another peer was measured with). A compile still running
+    for a region of a state that is not installed lands in that region as usual."""
     with engine.lock:            # the same lock object stays: other threads may be waiting on it
         engine.flush("reset")
-        fresh = Engine()
-        fresh.lock = engine.lock
-        engine.__dict__.update(fresh.__dict__)
+        held = EngineState({k: v for k, v in engine.__dict__.items() if k not in _SHARED})
+        attrs = Engine().__dict__ if state is None else state.attrs
+        engine.__dict__.update({k: v for k, v in attrs.items() if k not in _SHARED})
+        return held
