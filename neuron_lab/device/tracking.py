@@ -25,8 +25,10 @@ from . import events
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_SKIP_PREFIXES = (_TORCH_DIR, _PKG_DIR, "<frozen")
-_SKIP_FILES = ("contextlib.py", "functools.py")
+# Frames that are not the user's code: files under these prefixes, or with these names
+# (``user_frame_token`` skips them; the runtime's C capture walks frames with the same rule).
+NOT_USER_PREFIXES = (_TORCH_DIR, _PKG_DIR, "<frozen")
+NOT_USER_FILES = ("contextlib.py", "functools.py")
 
 _lock = threading.Lock()
 # op name -> count; mutated on the hot path without the lock (the native direct kernel's runs
@@ -44,7 +46,7 @@ _seq = 0
 def _first_user_frame(f):
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP_PREFIXES) and not fn.endswith(_SKIP_FILES):
+        if not fn.startswith(NOT_USER_PREFIXES) and not fn.endswith(NOT_USER_FILES):
             return f
         f = f.f_back
     return None

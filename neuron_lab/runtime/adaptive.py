@@ -83,7 +83,8 @@ class Engine:
         self.queued_bytes = 0     # bytes of every pending output handed out this segment
         self.headroom = 0         # queued_bytes past which _admit_pending counts exactly
         self._pressure = False
-        self.period_after = knobs.PERIOD_AFTER.get()
+        self.period_after = knobs.PERIOD_AFTER.get()     # read once a segment
+        self.queue_limit = knobs.QUEUE_LIMIT.get()
 
     # --- entry point ---------------------------------------------------------------------
     def launch(self, f, args, kwargs):
@@ -161,7 +162,7 @@ class Engine:
         record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
                    self.records, self.producers)                           # name the line
         cut = pos >= self.period_after and self._period(pos, key)
-        if not cut and pos + 1 >= knobs.QUEUE_LIMIT.get():
+        if not cut and pos + 1 >= self.queue_limit:
             self.flush("queue-limit")
         return out
 

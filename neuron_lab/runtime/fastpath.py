@@ -5,9 +5,13 @@ device's seam sees it.
 builds the op's key, looks the next trie node up and hands out one pending tensor
 (``_defer_one``). The C extension does those steps on the same Python objects (the producers
 map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
-path (docs/performance.md, "The hot paths in C"). Every other case (capture, a divergence, a
-region's end, an in-place or multi-output op) calls the Python engine, under its lock as
-before; in eager mode an op goes to the device's ``kernels.execute``.
+path (docs/performance.md, "The hot paths in C"). It also captures an op met in the middle of a
+segment that no known region continues (``Engine._capture``: run it now, record it), calling
+the same Python pieces (``kernels.run_now``, ``tracking.user_frame_token``,
+``record.record_run``, ``Engine._period``). Every other case (a segment's first op, a
+divergence, a region's end, an in-place or multi-output op, an op that is not always
+queueable) calls the Python engine, under its lock as before; in eager mode an op goes to the
+device's ``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
@@ -48,6 +52,9 @@ def seam_runtime(engine: adaptive.Engine):
         "mode": knobs.MODE, "unset": config._UNSET,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
+        "run_now": kernels.run_now, "user_frame_token": tracking.user_frame_token,
+        "record_run": record.record_run, "not_user_prefixes": tracking.NOT_USER_PREFIXES,
+        "not_user_files": tracking.NOT_USER_FILES,
         "tensor": torch.Tensor,
     })
     engine.describe = ext.describe      # capture's keys too (the same keys, ~3 us less per op)
@@ -59,3 +66,9 @@ def counts() -> tuple[int, int]:
     """(ops deferred on the C path, launches it handed to the Python engine); (0, 0) without it."""
     ext = extension()
     return tuple(ext.counts()) if ext is not None else (0, 0)
+
+
+def captured() -> int:
+    """Ops captured on the C path (run now and recorded); 0 without it."""
+    ext = extension()
+    return ext.captured() if ext is not None else 0

@@ -160,6 +160,46 @@ def test_llama_training_regions_are_the_same_with_and_without_the_c_path():
     assert c["losses"] == py["losses"]           # per-op replay: bitwise the same
 
 
+CAPTURE = textwrap.dedent("""
+    import json, torch
+    import neuron_lab, neuron_lab.runtime as rt
+    from neuron_lab.runtime import fastpath
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                            torch.nn.Linear(16, 4)).to("neuron")
+    x, y = torch.randn(4, 8).to("neuron"), torch.randn(4, 4).to("neuron")
+    with neuron_lab.mode("adaptive"):
+        loss = torch.nn.functional.mse_loss(m(x), y)     # one segment, captured op by op
+        loss.backward()
+        value = loss.item()
+    path, node = [], rt.engine.cache.root
+    while node.children:
+        (key, node), = node.children.items()
+        path.append([repr(key), [repr(tuple(mt)) if mt is not None else None for mt in node.metas],
+                     [node.where[0].rsplit("/", 1)[-1], node.where[1]] if node.where else None])
+    print(json.dumps({"path": path, "loss": value, "captured": fastpath.captured(),
+                      "stats": {k: rt.stats()[k] for k in ("launches_per_op", "ops_per_op")}}))
+""")
+
+
+def test_ops_captured_in_c_are_recorded_as_python_records_them():
+    """Capture in C (run now, record, the user's line) builds the trie path Python builds: the
+    same keys, output metadata and user lines, op by op, and the same counters."""
+    runs = {}
+    for native in ("1", "0"):
+        env = dict(os.environ, NEURON_LAB_NATIVE_DEFER=native, NEURON_LAB_COMPILE="0")
+        out = subprocess.run([sys.executable, "-c", CAPTURE], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[native] = json.loads(out.stdout.strip().splitlines()[-1])
+    c, py = runs["1"], runs["0"]
+    # in C: every op but a segment's first and an op's first call (policy.plain is learnt then)
+    assert py["captured"] == 0 and c["captured"] >= 10
+    assert len(c["path"]) > 20 and c["path"] == py["path"]
+    assert all(w is not None and w[0] == "<string>" for _, _, w in c["path"])
+    assert c["stats"] == py["stats"] and c["loss"] == py["loss"]
+
+
 def test_a_pending_output_made_in_c_is_the_shell_python_makes():
     """The C path builds a dense pending output itself (not through create_empty_tensor): it
     must be the same kind of shell shell.pending_dense makes, and get its value like one."""

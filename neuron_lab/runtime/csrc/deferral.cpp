@@ -39,7 +39,8 @@ State S;
 PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas,
     *s_where, *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name, *s_value,
     *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu,
-    *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x;
+    *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats, *s_period_after,
+    *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
 
 }  // namespace deferral
 
@@ -184,62 +185,180 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
   return t;
 }
 
-// Engine.launch's body with the lock held.
+// d[key] += 1 for an int counter; false with an exception set.
+bool bump(PyObject* d, PyObject* key) {
+  PyObject* v = PyDict_GetItemWithError(d, key);   // borrowed
+  if (v == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+    return false;
+  }
+  PyObject* one = PyLong_FromLong(1);
+  PyObject* w = one ? PyNumber_Add(v, one) : nullptr;
+  Py_XDECREF(one);
+  int bad = w == nullptr || PyDict_SetItem(d, key, w) < 0;
+  Py_XDECREF(w);
+  return !bad;
+}
+
+// Does ``s`` start with one of ``prefixes`` / end with one of ``suffixes`` (tuples of str)?
+bool matches(PyObject* s, PyObject* affixes, int direction) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(affixes); ++i)
+    if (PyUnicode_Tailmatch(s, PyTuple_GET_ITEM(affixes, i), 0, PY_SSIZE_T_MAX, direction) == 1)
+      return true;
+  return false;
+}
+
+// tracking.user_frame_token for a call with no Python frame of this package above it: (file,
+// line) of the first frame that is the user's code (tracking.NOT_USER_*), walking this
+// thread's frames from the top. Without one (a device thread's stack), the Python function
+// decides (the line of the backward() in progress). A new reference, or nullptr.
+PyObject* user_line() {
+  PyFrameObject* frame = PyEval_GetFrame();   // borrowed
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    PyObject* fn = code->co_filename;
+    if (PyUnicode_Check(fn) && !matches(fn, S.not_user_prefixes, -1) &&
+        !matches(fn, S.not_user_files, +1)) {
+      PyObject* line = PyLong_FromLong(PyFrame_GetLineNumber(frame));
+      PyObject* token = line ? PyTuple_Pack(2, fn, line) : nullptr;
+      Py_XDECREF(line);
+      Py_DECREF(code);
+      Py_DECREF(frame);
+      return token;
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  static PyObject* zero = PyLong_FromLong(0);   // its own frame, which it skips: from the top
+  return PyObject_CallOneArg(S.user_line, zero);
+}
+
+// Engine._capture for an op met in the middle of a segment that no known region continues: run
+// it now (kernels.run_now, as eager mode would), record it (record.record_run, with the user's
+// line), then the segment's rules: the repeated-suffix cut (Engine._period, Python: it runs
+// from the 256th op of a segment on) and the queue limit. The op's result, or nullptr.
+PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
+                  PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  PyObject* out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
+  if (out == nullptr) return nullptr;
+  PyObject* stats = PyObject_GetAttr(S.engine, s_stats);
+  bool ok = stats != nullptr && PyDict_Check(stats) && bump(stats, s_launches_per_op) &&
+            bump(stats, s_ops_per_op);
+  Py_XDECREF(stats);
+  PyObject* where = ok ? user_line() : nullptr;
+  if (where != nullptr) {
+    PyObject* argv[8] = {f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
+                         PyTuple_GET_ITEM(described, 0), out, where, records, producers};
+    PyObject* r = PyObject_Vectorcall(S.record_run, argv, 8, nullptr);
+    Py_DECREF(where);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  } else {
+    ok = false;
+  }
+  PyObject* after = ok ? PyObject_GetAttr(S.engine, s_period_after) : nullptr;
+  Py_ssize_t from = after ? PyLong_AsSsize_t(after) : -1;
+  Py_XDECREF(after);
+  ok = ok && !(from == -1 && PyErr_Occurred());
+  if (ok && pos >= from) {   // the repeated-suffix rule; a cut ends the segment here
+    PyObject* p = PyLong_FromSsize_t(pos);
+    PyObject* cut = p ? PyObject_CallFunctionObjArgs(S.period, p, PyTuple_GET_ITEM(described, 0),
+                                                     nullptr)
+                      : nullptr;
+    Py_XDECREF(p);
+    int is_cut = cut ? PyObject_IsTrue(cut) : -1;
+    Py_XDECREF(cut);
+    if (is_cut != 0) {
+      if (is_cut < 0) Py_CLEAR(out);
+      return out;
+    }
+  }
+  if (ok) {   // the queue limit (Engine.queue_limit, read at the segment's start)
+    PyObject* limit = PyObject_GetAttr(S.engine, s_queue_limit);
+    Py_ssize_t n = limit ? PyLong_AsSsize_t(limit) : -1;
+    Py_XDECREF(limit);
+    ok = !(n == -1 && PyErr_Occurred());
+    if (ok && pos + 1 >= n) {
+      PyObject* r = PyObject_CallOneArg(S.flush, s_queue_limit_reason);
+      ok = r != nullptr;
+      Py_XDECREF(r);
+    }
+  }
+  if (!ok) Py_CLEAR(out);
+  return out;
+}
+
+// Engine.launch's body with the lock held: the two cases that stay in C, a plain op (it can
+// always be queued: policy.plain) continuing a known region path (deferred) or met in the
+// middle of a segment no known region continues (captured); every other case goes to the
+// Python engine (Engine._adaptive), which also starts each segment.
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* node = PyObject_GetAttr(S.engine, s_node);
   if (node == nullptr) return nullptr;
   PyObject* result = nullptr;
-  PyObject* described = nullptr;
-  PyObject *records = nullptr, *producers = nullptr, *children = nullptr;
-  if (node != Py_None) {
-    PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
-    if (plain == nullptr && PyErr_Occurred()) goto done;
+  PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
+  bool capturing = false, deferring = false;
+  Py_ssize_t pos = 0;
+  PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
+  if (plain == nullptr && PyErr_Occurred()) goto done;
+  if (plain == Py_True) {
     records = PyObject_GetAttr(S.engine, s_records);
     if (records == nullptr) goto done;
-    if (plain == Py_True && PyList_Check(records)) {
-      Py_ssize_t pos = PyList_GET_SIZE(records);
-      PyObject* depth = PyObject_GetAttr(node, s_depth);
-      if (depth == nullptr) goto done;
-      Py_ssize_t d = PyLong_AsSsize_t(depth);
-      Py_DECREF(depth);
-      if (d == -1 && PyErr_Occurred()) goto done;
-      if (d == pos) {   // the hot path: deferring along a known region, one op at a time
-        PyObject* floats = PyObject_GetAttr(f, s_floats);
-        if (floats == nullptr) goto done;
-        int fl = PyObject_IsTrue(floats);
-        Py_DECREF(floats);
-        producers = PyObject_GetAttr(S.engine, s_producers);
-        if (producers == nullptr) goto done;
-        described = describe(f, args, kwargs, pos, producers, fl == 1);
-        if (described == nullptr) {
-          if (!PyErr_ExceptionMatches(S.not_queueable)) goto done;
-          PyErr_Clear();
-          ++S.slow;
-          result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
+    if (PyList_Check(records)) {
+      pos = PyList_GET_SIZE(records);
+      if (node == Py_None) {
+        capturing = pos > 0;
+      } else {
+        PyObject* depth = PyObject_GetAttr(node, s_depth);
+        if (depth == nullptr) goto done;
+        Py_ssize_t d = PyLong_AsSsize_t(depth);
+        Py_DECREF(depth);
+        if (d == -1 && PyErr_Occurred()) goto done;
+        deferring = d == pos;
+      }
+    }
+  }
+  if (capturing || deferring) {
+    PyObject* floats = PyObject_GetAttr(f, s_floats);
+    if (floats == nullptr) goto done;
+    int fl = PyObject_IsTrue(floats);
+    Py_DECREF(floats);
+    producers = PyObject_GetAttr(S.engine, s_producers);
+    if (producers == nullptr) goto done;
+    described = describe(f, args, kwargs, pos, producers, fl == 1);
+    if (described == nullptr) {   // a host argument: the Python engine ends the segment
+      if (!PyErr_ExceptionMatches(S.not_queueable)) goto done;
+      PyErr_Clear();
+    } else if (capturing) {
+      result = capture(f, args, kwargs, described, records, producers, pos);
+      if (result != nullptr) ++S.captured;
+      goto done;
+    } else {   // the hot path: deferring along a known region, one op at a time
+      PyObject* children = PyObject_GetAttr(node, s_children);
+      if (children == nullptr) goto done;
+      PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
+      Py_XINCREF(nxt);
+      Py_DECREF(children);
+      if (nxt == nullptr && PyErr_Occurred()) goto done;
+      if (nxt != nullptr) {
+        PyObject* fast = PyObject_GetAttr(nxt, s_fast);
+        if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
+          result = defer_one(f, described, nxt, fast, records, producers, pos);
+          Py_DECREF(fast);
+          Py_DECREF(nxt);
+          if (result != nullptr) ++S.fast;
           goto done;
         }
-        children = PyObject_GetAttr(node, s_children);
-        if (children == nullptr) goto done;
-        PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
-        if (nxt == nullptr && PyErr_Occurred()) goto done;
-        if (nxt != nullptr) {
-          Py_INCREF(nxt);
-          PyObject* fast = PyObject_GetAttr(nxt, s_fast);
-          if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
-            result = defer_one(f, described, nxt, fast, records, producers, pos);
-            Py_DECREF(fast);
-            Py_DECREF(nxt);
-            if (result != nullptr) ++S.fast;
-            goto done;
-          }
-          Py_XDECREF(fast);
-          Py_DECREF(nxt);
-          if (PyErr_Occurred()) goto done;
-        }
-        ++S.slow;
-        result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
-        goto done;
+        Py_XDECREF(fast);
+        Py_DECREF(nxt);
+        if (PyErr_Occurred()) goto done;
       }
+      ++S.slow;   // a divergence, a region's end, an op Engine._defer handles
+      result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
+      goto done;
     }
   }
   ++S.slow;
@@ -248,7 +367,6 @@ done:
   Py_DECREF(node);
   Py_XDECREF(records);
   Py_XDECREF(producers);
-  Py_XDECREF(children);
   Py_XDECREF(described);
   return result;
 }
@@ -329,6 +447,14 @@ void configure(py::dict o) {
   hold(S.py_adaptive, o["engine"].attr("_adaptive"));
   hold(S.admit, o["engine"].attr("_admit_pending"));
   hold(S.flush, o["engine"].attr("flush"));
+  hold(S.period, o["engine"].attr("_period"));
+  hold(S.run_now, o["run_now"]);
+  hold(S.user_line, o["user_frame_token"]);
+  hold(S.record_run, o["record_run"]);
+  hold(S.not_user_prefixes, o["not_user_prefixes"]);
+  hold(S.not_user_files, o["not_user_files"]);
+  if (!PyTuple_Check(S.not_user_prefixes) || !PyTuple_Check(S.not_user_files))
+    throw py::type_error("neuron_lab: not_user_prefixes and not_user_files must be tuples");
   if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
     throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
   if (!PyDict_Check(S.plain)) throw py::type_error("neuron_lab: plain must be a dict");
@@ -369,6 +495,12 @@ void init_deferral(py::module_& m) {
   s_stride = intern("stride");
   s_storage_offset = intern("storage_offset");
   s_x = intern("x");
+  s_stats = intern("stats");
+  s_period_after = intern("period_after");
+  s_launches_per_op = intern("launches_per_op");
+  s_ops_per_op = intern("ops_per_op");
+  s_queue_limit = intern("queue_limit");
+  s_queue_limit_reason = intern("queue-limit");
   S.adaptive = intern("adaptive");
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");
@@ -376,6 +508,7 @@ void init_deferral(py::module_& m) {
         "{op name: ops deferred on the C path since the last call} (tracking.executed's share)");
   m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
         "(ops deferred on the C path, launches handed to the Python engine)");
+  m.def("captured", [] { return S.captured; }, "ops captured on the C path (run now, recorded)");
   m.add_object("launch", py::reinterpret_steal<py::object>(PyCFunction_New(&launch_def, nullptr)));
 }
 

@@ -41,7 +41,14 @@ struct State {
   PyObject* py_adaptive = nullptr;   // Engine._adaptive, bound
   PyObject* admit = nullptr;         // Engine._admit_pending, bound
   PyObject* flush = nullptr;         // Engine.flush, bound
+  PyObject* period = nullptr;        // Engine._period, bound
+  PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
+  PyObject* user_line = nullptr;     // tracking.user_frame_token
+  PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)
+  PyObject* not_user_files = nullptr;
+  PyObject* record_run = nullptr;    // record.record_run (records.cpp's, where built)
   long fast = 0, slow = 0;           // ops deferred here / handed to Python (tests read them)
+  long captured = 0;                 // ops captured here (run now and recorded)
   std::unordered_map<PyObject*, long long> deferred;   // facts -> ops deferred here since the
                                      // last deferred_counts() (held: OpFacts live for good)
 };
@@ -52,7 +59,8 @@ extern State S;
 extern PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast,
     *s_metas, *s_where, *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name,
     *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
-    *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x;
+    *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
+    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
 
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
 // nullptr with an exception set (record.NotQueueable: a call that cannot be queued).
