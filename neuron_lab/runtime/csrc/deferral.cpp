@@ -1,5 +1,7 @@
-// The adaptive engine's hot path in C: ``Engine.launch`` for an op that continues a known
-// region path (runtime/adaptive.py and record.py hold the same logic in Python, the reference).
+// The adaptive engine's hot paths in C: ``Engine.launch`` for an op that continues a known
+// region path (deferred), and for one met in the middle of a segment no known region continues
+// (captured: ``capture`` below). runtime/adaptive.py and record.py hold the same logic in
+// Python, the reference.
 //
 // On a known path a deferred op does no work of its own: it gets a pending tensor whose
 // metadata the trie node predicts (record.FastOut) and is appended to the queue. Here the steps
@@ -18,8 +20,8 @@
 // taken off the cycle collector's lists (``untracked``, python_objects.h): none of it can be
 // part of a cycle, and tracked it made CPython run ~200 ms full collections in training loops.
 //
-// Anything else (capture, a divergence, a region's end, an op with several outputs or an
-// in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
+// Anything else (a segment's first op, a divergence, a region's end, an op with several outputs
+// or an in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
