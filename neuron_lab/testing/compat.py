@@ -19,6 +19,11 @@ from . import idioms, zoo
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
 
 
+def _source(fn) -> str:
+    """The file an idiom is written in, as the table names it (``testing/idioms/layers.py``)."""
+    return fn.__module__.removeprefix("neuron_lab.").replace(".", "/") + ".py"
+
+
 def _cell(v) -> str:
     if v.ok:
         return "pass"
@@ -39,7 +44,7 @@ def build(fused: bool = False) -> str:
     modes = [m + (" + fused" if c else "") for m, c in runs]
     zrows = [(a.name, a.family, [zoo.run(a.name, m, c) for m, c in runs])
              for a in zoo.ARCHS.values()]
-    irows = [(i.name, i.what + ("" if i.exact else " (float32 tolerance, see idioms.py)"),
+    irows = [(i.name, i.what + ("" if i.exact else f" (float32 tolerance, see {_source(i.fn)})"),
               [idioms.run(i.name, m, c) for m, c in runs])
              for i in idioms.IDIOMS.values()]
     zpass = sum(v.ok for _, _, vs in zrows for v in vs)
