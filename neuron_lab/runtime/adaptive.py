@@ -50,7 +50,9 @@ _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells fo
 _create = torch._C._acc.create_empty_tensor
 _wref = weakref.ref
 _tuple_new = tuple.__new__
-_PLAIN = policy.PLAIN
+_PLAIN = policy.PLAIN          # {OpFacts: policy.plain(f)}
+
+
 class Engine:
     """One queue for the device, shared by every thread that issues ops (and by PyTorch's
     autograd device thread where it runs a pass, so forward and backward stay one region).
@@ -363,9 +365,7 @@ class Engine:
 
     def _explain(self, e: Exception, n: int, where: str) -> None:
         """Name the deferred op that raised ``e`` and its user's line (``blame.explain``)."""
-        text = blame.explain(e, n, where)
-        if text is not None:
-            self.last_error = text
+        self.last_error = blame.explain(e, n, where) or self.last_error
 
     def materialize(self, s) -> Tensor:
         """The host value of pending tensor ``s`` (the device asks through its seam): run the
