@@ -154,6 +154,16 @@ class Steady:
     convert: dict[str, Callable[[float], float]]
 
 
+@dataclass
+class Fresh:
+    """One-off samples a workload cannot take in a loop (a fresh model's first step): ``take()``
+    returns one, in seconds, inside the peer's ``fresh_sampling()``. The driver takes sample r
+    of every peer, then sample r + 1, ..., after all set-ups, as it does the steady samples, so
+    a slow spell of the machine does not land on one peer's samples only."""
+    take: Callable[[], float]
+    repeats: int
+
+
 def steady(fn: Callable[[], Any], peer, cfg: Config, min_iters: int = 3, end=None,
            **convert: Callable[[float], float]) -> Steady:
     """Warm ``fn`` up on ``peer`` (and settle the adaptive runtime); the samples are taken
@@ -204,6 +214,26 @@ def _interleave(pending: dict, peers: dict, cfg: Config, outs: dict, reasons: di
             outs[n][metric] = [f(t) for t in times[n]]
 
 
+def _take_fresh(outs: dict, peers: dict, cfg: Config, reasons: dict, extra: dict) -> None:
+    """Round-robin over the peers' ``Fresh`` metrics: each becomes its list of samples."""
+    fresh = {(n, m): v for n, o in outs.items() for m, v in o.items() if isinstance(v, Fresh)}
+    taken: dict = {k: [] for k in fresh}
+    for r in range(max((f.repeats for f in fresh.values()), default=0)):
+        for (n, m), f in fresh.items():
+            if r >= f.repeats or n in reasons:
+                continue
+            for p in peers.values():    # untimed: no background compile runs during a sample
+                p.quiesce(cfg)
+            try:
+                with peers[n].fresh_sampling():
+                    taken[n, m].append(f.take())
+            except Exception as e:  # noqa: BLE001
+                reasons[n] = _error(e)
+                extra.setdefault("errors", {})[n] = traceback.format_exc()[-4000:]
+    for (n, m), samples in taken.items():
+        outs[n][m] = samples
+
+
 def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
     """Run ``w`` on each peer in turn (set-up, warm-up, one-off measurements), then take the
     steady-state samples of all peers interleaved; returns the workload's JSON record."""
@@ -235,6 +265,7 @@ def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
         outs[peer.name] = out
         log(f"  {w.key} {peer.name}: set up in {perf() - t_peer:.1f} s"
             + (f" (skip: {reasons[peer.name]})" if peer.name in reasons else ""))
+    _take_fresh(outs, {p.name: p for p in peers}, cfg, reasons, extra)
     pending = {n: o.pop("steady") for n, o in outs.items() if isinstance(o.get("steady"), Steady)}
     _interleave(pending, {p.name: p for p in peers}, cfg, outs, reasons, extra)
     for peer in peers:

@@ -22,9 +22,10 @@ boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle
 (adaptive only: wait for background compiles, warm again, until no compile was queued and no
 region is in its fused-vs-per-op trial);
 ``cleanup(cfg)`` / ``quiesce(cfg)`` (between peers and between samples: let background compiles
-finish so they do not steal the next peer's core); ``fresh()`` (forget a model: the adaptive
-peer empties its region cache) with ``fresh_repeatable`` (False where in-process compile caches
-make a second fresh model cheaper: torch.compile, torch._lazy); ``unavailable`` (skip reason
+finish so they do not steal the next peer's core); ``fresh_sampling()`` (context for one
+sample of a fresh model: the adaptive peers start it from an empty region cache) with
+``fresh_repeatable`` (False where in-process compile caches make a second fresh model cheaper:
+torch.compile, torch._lazy); ``unavailable`` (skip reason
 when the peer cannot run here).
 """
 from __future__ import annotations
@@ -77,8 +78,10 @@ class Peer:
     def quiesce(self, cfg) -> None:
         pass
 
-    def fresh(self) -> None:
-        """Forget what the peer learned from a model (before measuring another fresh one)."""
+    def fresh_sampling(self):
+        """Context for one sample of a fresh model (``harness.Fresh``): as ``sampling``; the
+        adaptive peers start it from an empty region cache."""
+        return self.sampling()
 
     def extra(self) -> dict:
         return {}
@@ -174,10 +177,18 @@ class NeuronAdaptive(NeuronEager):
         if runtime.stats()["compiles_pending"]:
             runtime.wait_compiles(cfg.quiesce_timeout_s)
 
-    def fresh(self) -> None:
+    @contextlib.contextmanager
+    def fresh_sampling(self):
+        import neuron_lab
         from neuron_lab import runtime
         runtime.wait_compiles(None)
-        runtime.reset()
+        other = runtime.switch_state(None)      # an empty region cache, thrown away after
+        try:
+            with neuron_lab.mode(self.mode):
+                yield
+        finally:
+            runtime.wait_compiles(None)
+            runtime.switch_state(other)
 
     def extra(self) -> dict:
         """Runtime counters since this peer's set-up started from an empty region cache."""

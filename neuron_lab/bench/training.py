@@ -8,10 +8,11 @@ window, so queued work is paid for. Steady state (steps/s) follows the harness's
 
 W4 also measures what a user sees from a fresh model, *without* waiting for background compiles:
 ``first_step_s`` — from the first ``train_step`` call until its loss is on the host (``.item()``),
-on a fresh model (and, adaptive, an empty region cache) each time: ``cfg.first_step_repeats``
-samples (5; 2 with ``--quick``) for the peers whose first step is repeatable in one process,
-one for torch.compile and torch._lazy (their in-process compile caches make a second fresh
-model cheaper than a first);
+on a fresh model (and, adaptive, an empty region cache: ``peer.fresh_sampling()``) each time:
+``cfg.first_step_repeats`` samples (5; 2 with ``--quick``) for the peers whose first step is
+repeatable in one process, taken after every peer's set-up and interleaved across peers like
+the steady samples (``harness.Fresh``); one for torch.compile and torch._lazy (their in-process
+compile caches make a second fresh model cheaper than a first), the first step of the run below;
 ``total_s`` — from the same start until step N's loss is on the host (N = 200, 10 with
 ``--quick``), compiles included (torch.compile's happen inside the first step; the adaptive
 runtime's in a background thread that competes for the same 2 cores); that is a single
@@ -24,7 +25,7 @@ measurement (a fresh model and a fresh region cache), so it carries one sample.
 from __future__ import annotations
 
 from . import models
-from .harness import Metric, Ratio, Skip, Workload, perf, steady
+from .harness import Fresh, Metric, Ratio, Skip, Workload, perf, steady
 
 
 def _loop(peer, model, opt, batch):
@@ -53,15 +54,16 @@ def run_w6(peer, cfg) -> dict:
             "extra": peer.extra}
 
 
+def _first_step(peer) -> float:
+    """Seconds from a fresh model's first ``train_step`` call until its loss is on the host."""
+    it = _loop(peer, *models.make("gpt", peer))
+    t0 = perf()
+    it().item()
+    return perf() - t0
+
+
 def run_w4(peer, cfg) -> dict:
     steps = cfg.fresh_steps
-    firsts = []
-    for _ in range(cfg.first_step_repeats - 1 if peer.fresh_repeatable else 0):
-        it = _loop(peer, *models.make("gpt", peer))
-        t0 = perf()
-        it().item()
-        firsts.append(perf() - t0)
-        peer.fresh()
     it = _loop(peer, *models.make("gpt", peer))
     t0 = perf()
     first_loss = it().item()
@@ -78,7 +80,9 @@ def run_w4(peer, cfg) -> dict:
         total += (steps - done) * (total - first) / (done - 1)
     fresh.update(peer.extra())
     return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
-            "first_step_s": firsts + [first], "total_s": total,
+            "first_step_s": (Fresh(lambda: _first_step(peer), cfg.first_step_repeats)
+                             if peer.fresh_repeatable else [first]),
+            "total_s": total,
             "extra": lambda: {"fresh_run": fresh, "steady": peer.extra()}}
 
 
