@@ -132,4 +132,5 @@ def test_w7_measures_steps_while_compiling():
     extra = out["extra"]
     assert extra["compiles"] >= 1 and extra["compiles_failed"] == 0
     assert extra["steps_overlapping"] >= 10 and extra["eager_step_ms"] > 0
+    assert extra["eager_before_ms"] > 0 and extra["eager_after_ms"] > 0   # brackets the compiles
     assert 0.3 < out["slowdown"] < 50 and out["worst_ms"] >= extra["eager_step_ms"]
