@@ -188,50 +188,50 @@ def _error(e: BaseException) -> str:
     return str(e) if isinstance(e, Skip) else f"error: {type(e).__name__}: {e}"[:400]
 
 
-def _interleave(pending: dict, peers: dict, cfg: Config, outs: dict, reasons: dict, extra: dict):
-    """Round-robin sampling: sample r of every peer, then sample r + 1, ... so load from other
-    processes on a shared machine hits all peers alike. Before each sample, background compiles
-    (the adaptive runtime's) are waited for, untimed: they would steal the sampled peer's core,
-    and inductor's FX tracing patches ``nn.Module.__call__`` process-wide, which breaks a
-    torch.compile'd module called meanwhile (see docs/benchmarks.md)."""
-    plans = {n: _plan(st.per_iter, cfg) for n, st in pending.items()}
-    gc.collect()
-    times: dict[str, list[float]] = {n: [] for n in pending}
-    for r in range(max((rep for _, rep in plans.values()), default=0)):
-        for n, st in pending.items():
-            if r >= plans[n][1] or n in reasons:
+def _round_robin(jobs: dict, peers: dict, cfg: Config, reasons: dict, extra: dict) -> dict:
+    """Round-robin sampling: sample r of every job, then sample r + 1, ... so load from other
+    processes on a shared machine hits all peers alike. ``jobs``: key -> (peer name, repeats,
+    context, take): ``take()`` returns one sample, inside ``context()``. Before each sample,
+    background compiles (the adaptive runtime's) are waited for, untimed: they would steal the
+    sampled peer's core, and inductor's FX tracing patches ``nn.Module.__call__`` process-wide,
+    which breaks a torch.compile'd module called meanwhile (see docs/benchmarks.md). A peer that
+    raises gets its reason and takes no more samples. Returns key -> samples."""
+    samples: dict = {k: [] for k in jobs}
+    for r in range(max((job[1] for job in jobs.values()), default=0)):
+        for k, (n, repeats, context, take) in jobs.items():
+            if r >= repeats or n in reasons:
                 continue
             for p in peers.values():    # untimed: no background compile runs during a sample
                 p.quiesce(cfg)
             try:
-                with peers[n].sampling():
-                    times[n].append(_one(st.fn, plans[n][0], st.end))
+                with context():
+                    samples[k].append(take())
             except Exception as e:  # noqa: BLE001
                 reasons[n] = _error(e)
                 extra.setdefault("errors", {})[n] = traceback.format_exc()[-4000:]
+    return samples
+
+
+def _interleave(pending: dict, peers: dict, cfg: Config, outs: dict, reasons: dict, extra: dict):
+    """The steady samples of every peer (``Steady``), round-robin; each metric gets its list."""
+    jobs = {}
+    for n, st in pending.items():
+        inner, repeats = _plan(st.per_iter, cfg)
+        jobs[n] = (n, repeats, peers[n].sampling,
+                   lambda st=st, inner=inner: _one(st.fn, inner, st.end))
+    gc.collect()
+    times = _round_robin(jobs, peers, cfg, reasons, extra)
     for n, st in pending.items():
         for metric, f in st.convert.items():
             outs[n][metric] = [f(t) for t in times[n]]
 
 
 def _take_fresh(outs: dict, peers: dict, cfg: Config, reasons: dict, extra: dict) -> None:
-    """Round-robin over the peers' ``Fresh`` metrics: each becomes its list of samples."""
-    fresh = {(n, m): v for n, o in outs.items() for m, v in o.items() if isinstance(v, Fresh)}
-    taken: dict = {k: [] for k in fresh}
-    for r in range(max((f.repeats for f in fresh.values()), default=0)):
-        for (n, m), f in fresh.items():
-            if r >= f.repeats or n in reasons:
-                continue
-            for p in peers.values():    # untimed: no background compile runs during a sample
-                p.quiesce(cfg)
-            try:
-                with peers[n].fresh_sampling():
-                    taken[n, m].append(f.take())
-            except Exception as e:  # noqa: BLE001
-                reasons[n] = _error(e)
-                extra.setdefault("errors", {})[n] = traceback.format_exc()[-4000:]
-    for (n, m), samples in taken.items():
-        outs[n][m] = samples
+    """The peers' ``Fresh`` metrics, round-robin: each becomes its list of samples."""
+    jobs = {(n, m): (n, v.repeats, peers[n].fresh_sampling, v.take)
+            for n, o in outs.items() for m, v in o.items() if isinstance(v, Fresh)}
+    for (n, m), taken in _round_robin(jobs, peers, cfg, reasons, extra).items():
+        outs[n][m] = taken
 
 
 def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:

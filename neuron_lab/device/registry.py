@@ -83,7 +83,8 @@ NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 # read the shell storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
 BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
-SPECIAL = {"_copy_from": transfers.copy_from, "_copy_from_and_resize": transfers.copy_from_and_resize,
+SPECIAL = {"_copy_from": transfers.copy_from,
+           "_copy_from_and_resize": transfers.copy_from_and_resize,
            "_pin_memory": hooks.pin_device_tensor, "is_pinned": hooks.is_pinned_device_tensor,
            "_pack_padded_sequence": transfers.pack_padded_sequence,
            "_pad_packed_sequence": transfers.pad_packed_sequence}

@@ -7,9 +7,10 @@ tensors), and outputs for the region's values that were alive when it was compil
 compiles it for the executor device (C++/OpenMP kernels on CPU, Triton on CUDA).
 
 ``programs.py`` compiles the graph (``compile_program``; ``Specialized`` for floats compiled in
-as constants). ``Plan`` is what a launch (``fused.py``) needs besides the program: where each input comes from (op index and
-argument path), the aliasing pattern of inputs at compile time (a launch whose inputs alias
-differently runs per-op instead), and which (op, output) pairs the program returns.
+as constants). ``Plan`` is what a launch (``fused.py``) needs besides the program: where each
+input comes from (op index and argument path), the aliasing pattern of inputs at compile time
+(a launch whose inputs alias differently runs per-op instead), and which (op, output) pairs the
+program returns.
 
 Float arguments that are data (``record.FLOAT`` in the key: pointwise/foreach/optimizer ops)
 are not part of the region's key, so an optimizer step whose bias corrections change every step
