@@ -21,8 +21,9 @@ from __future__ import annotations
 import torch
 
 from ..device import config, kernels, tracking
+from ..device.opinfo import OpFacts
 from ..device.dtypes import HOST_ONLY
-from . import adaptive, knobs, policy, record
+from . import adaptive, cache, knobs, policy, record
 from .native import extension
 
 
@@ -47,6 +48,8 @@ def seam_runtime(engine: adaptive.Engine):
         "engine": engine, "lock": engine.lock, "plain": policy.PLAIN,
         "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
         "memory_format_type": torch.memory_format, "device_type": torch.device,
+        "size_type": torch.Size,
+        "node_type": cache.Node, "facts_type": OpFacts,
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
         "mode": knobs.MODE, "unset": config._UNSET,

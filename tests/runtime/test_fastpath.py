@@ -62,6 +62,25 @@ def test_keys_equal_python_describe_for_every_argument_kind():
         assert got[2] == want[2], op
 
 
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_region_input_keys_read_from_the_tensor_equal_the_python_attributes():
+    """A plain tensor's or Parameter's input key is read from its TensorImpl in C; a subclass's
+    through its Python attributes. Both are ("x", torch.Size, stride, offset, dtype)."""
+    base = torch.randn(4, 6).to("neuron")
+    inputs = [base, base.t(), base[1:, 2:], base[2], torch.tensor(3.0).to("neuron"),
+              torch.nn.Parameter(torch.randn(2, 3).to("neuron")), base.as_subclass(_Sub),
+              torch.zeros(0, 3).to("neuron"), torch.ones(5, dtype=torch.int32).to("neuron")]
+    for a in inputs:
+        want, got = _both(aten.neg.default, (a,), None, 0, {})
+        key = got[0][1][0]
+        assert key == want[0][1][0] == ("x", a.shape, a.stride(), a.storage_offset(), a.dtype)
+        assert type(key[1]) is torch.Size and type(key[2]) is tuple and key[4] is a.dtype
+        assert got[1][0] is a
+
+
 def test_shallow_copy_of_an_output_is_found_by_its_storage():
     made = torch.randn(6).to("neuron")
     copy = made.data                      # a C++ shallow copy: no cached host view

@@ -30,6 +30,8 @@
 
 #include "deferral.h"
 
+#include <structmember.h>   // after Python.h (deferral.h): PyMemberDescrObject, T_OBJECT_EX
+
 namespace py = pybind11;
 
 namespace neuron_lab {
@@ -38,17 +40,58 @@ namespace deferral {
 State S;
 
 // interned names
-PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast, *s_metas,
-    *s_where, *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name, *s_value,
-    *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu,
-    *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats, *s_period_after,
-    *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
+PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats,
+    *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
+    *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
+    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
 
 }  // namespace deferral
 
 namespace {
 
 using namespace deferral;
+
+// Attribute reads on the hot path without the generic lookup (~15 a deferred op): the engine's
+// attributes from its instance dictionary, a trie node's (cache.Node) and an op's (OpFacts)
+// from their slots, at the member offsets ``configure`` reads from the types. Any other object,
+// or an unset slot, takes PyObject_GetAttr (which raises the AttributeError). New references.
+struct Slot {
+  PyTypeObject* type = nullptr;
+  Py_ssize_t offset = 0;
+  PyObject* name = nullptr;
+};
+Slot node_depth, node_children, node_fast, node_key, node_metas, node_where, node_plan,
+    facts_floats;
+
+PyObject* slot_get(PyObject* o, const Slot& s) {
+  if (Py_TYPE(o) == s.type) {
+    PyObject* v = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + s.offset);
+    if (v != nullptr) return Py_NewRef(v);
+  }
+  return PyObject_GetAttr(o, s.name);
+}
+
+PyObject* engine_get(PyObject* name) {
+  PyObject** dict = _PyObject_GetDictPtr(S.engine);
+  if (dict != nullptr && *dict != nullptr) {
+    PyObject* v = PyDict_GetItemWithError(*dict, name);   // borrowed
+    if (v != nullptr) return Py_NewRef(v);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  return PyObject_GetAttr(S.engine, name);
+}
+
+Slot slot_of(py::handle type, const char* name) {
+  PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(type.ptr())->tp_dict, name);
+  if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type ||
+      reinterpret_cast<PyMemberDescrObject*>(d)->d_member->type != T_OBJECT_EX)
+    throw py::type_error(std::string("neuron_lab: ") + name + " must be a __slots__ attribute");
+  Slot s;
+  hold(s.type, type);
+  s.offset = reinterpret_cast<PyMemberDescrObject*>(d)->d_member->offset;
+  s.name = intern(name);
+  return s;
+}
 
 bool mode_is_adaptive() {
   PyObject* v = PyObject_GetAttr(S.mode, s_value);
@@ -67,7 +110,7 @@ bool mode_is_adaptive() {
 // Past 90% of the capacity (Engine._admit_pending set _pressure): run what is queued right
 // after handing this op's output out. False with an exception set.
 bool flush_under_pressure() {
-  PyObject* pressure = PyObject_GetAttr(S.engine, s_pressure);
+  PyObject* pressure = engine_get(s_pressure);
   if (pressure == nullptr) return false;
   int p = PyObject_IsTrue(pressure);
   Py_DECREF(pressure);
@@ -93,7 +136,7 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
   long long nb = PyLong_AsLongLong(nbytes);
   if (nb == -1 && PyErr_Occurred()) return nullptr;
   if (nb) {   // the segment's bound on pending bytes (Engine._admit_pending past the headroom)
-    PyObject* q = PyObject_GetAttr(S.engine, s_queued_bytes);
+    PyObject* q = engine_get(s_queued_bytes);
     if (q == nullptr) return nullptr;
     PyObject* q2 = PyNumber_Add(q, nbytes);
     Py_DECREF(q);
@@ -101,7 +144,7 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
       Py_XDECREF(q2);
       return nullptr;
     }
-    PyObject* head = PyObject_GetAttr(S.engine, s_headroom);
+    PyObject* head = engine_get(s_headroom);
     int over = head == nullptr ? -1 : PyObject_RichCompareBool(q2, head, Py_GT);
     Py_DECREF(q2);
     Py_XDECREF(head);
@@ -146,10 +189,10 @@ PyObject* defer_one(PyObject* f, PyObject* described, PyObject* nxt, PyObject* f
     if (ok) PyList_SET_ITEM(outs, 0, Py_NewRef(pair));
   }
   if (ok) {   // QueuedOp(facts, args, kwargs, key, outs, metas, structure, where, plan)
-    PyObject* key = PyObject_GetAttr(nxt, s_key);   // the trie's key: this op's own copy dies now
-    PyObject* metas = PyObject_GetAttr(nxt, s_metas);
-    PyObject* where = PyObject_GetAttr(nxt, s_where);
-    PyObject* plan = PyObject_GetAttr(nxt, s_plan);
+    PyObject* key = slot_get(nxt, node_key);   // the trie's key: this op's own copy dies now
+    PyObject* metas = slot_get(nxt, node_metas);
+    PyObject* where = slot_get(nxt, node_where);
+    PyObject* plan = slot_get(nxt, node_plan);
     ok = key && metas && where && plan;
     if (ok) {
       PyObject* items[9] = {Py_NewRef(f),
@@ -298,7 +341,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
 // middle of a segment no known region continues (captured); every other case goes to the
 // Python engine (Engine._adaptive), which also starts each segment.
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
-  PyObject* node = PyObject_GetAttr(S.engine, s_node);
+  PyObject* node = engine_get(s_node);
   if (node == nullptr) return nullptr;
   PyObject* result = nullptr;
   PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
@@ -307,14 +350,14 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
   if (plain == nullptr && PyErr_Occurred()) goto done;
   if (plain == Py_True) {
-    records = PyObject_GetAttr(S.engine, s_records);
+    records = engine_get(s_records);
     if (records == nullptr) goto done;
     if (PyList_Check(records)) {
       pos = PyList_GET_SIZE(records);
       if (node == Py_None) {
         capturing = pos > 0;
       } else {
-        PyObject* depth = PyObject_GetAttr(node, s_depth);
+        PyObject* depth = slot_get(node, node_depth);
         if (depth == nullptr) goto done;
         Py_ssize_t d = PyLong_AsSsize_t(depth);
         Py_DECREF(depth);
@@ -324,11 +367,11 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
     }
   }
   if (capturing || deferring) {
-    PyObject* floats = PyObject_GetAttr(f, s_floats);
+    PyObject* floats = slot_get(f, facts_floats);
     if (floats == nullptr) goto done;
     int fl = PyObject_IsTrue(floats);
     Py_DECREF(floats);
-    producers = PyObject_GetAttr(S.engine, s_producers);
+    producers = engine_get(s_producers);
     if (producers == nullptr) goto done;
     described = describe(f, args, kwargs, pos, producers, fl == 1);
     if (described == nullptr) {   // a host argument: the Python engine ends the segment
@@ -339,14 +382,14 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       if (result != nullptr) ++S.captured;
       goto done;
     } else {   // the hot path: deferring along a known region, one op at a time
-      PyObject* children = PyObject_GetAttr(node, s_children);
+      PyObject* children = slot_get(node, node_children);
       if (children == nullptr) goto done;
       PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
       Py_XINCREF(nxt);
       Py_DECREF(children);
       if (nxt == nullptr && PyErr_Occurred()) goto done;
       if (nxt != nullptr) {
-        PyObject* fast = PyObject_GetAttr(nxt, s_fast);
+        PyObject* fast = slot_get(nxt, node_fast);
         if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
           result = defer_one(f, described, nxt, fast, records, producers, pos);
           Py_DECREF(fast);
@@ -381,7 +424,7 @@ PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   }
   if (S.engine == nullptr) return PyObject_Vectorcall(S.py_launch, argv, 3, nullptr);
   if (!mode_is_adaptive()) {   // eager mode: Engine.launch runs the op (after flushing a queue)
-    PyObject* records = PyObject_GetAttr(S.engine, s_records);
+    PyObject* records = engine_get(s_records);
     if (records == nullptr) return nullptr;
     bool empty = PyList_Check(records) && PyList_GET_SIZE(records) == 0;
     Py_DECREF(records);
@@ -434,6 +477,17 @@ void configure(py::dict o) {
   hold(S.memory_format_type, o["memory_format_type"]);
   hold(S.layout_type, o["layout_type"]);
   hold(S.device_type, o["device_type"]);
+  hold(S.size_type, o["size_type"]);
+  node_depth = slot_of(o["node_type"], "depth");
+  node_children = slot_of(o["node_type"], "children");
+  node_fast = slot_of(o["node_type"], "fast");
+  node_key = slot_of(o["node_type"], "key");
+  node_metas = slot_of(o["node_type"], "metas");
+  node_where = slot_of(o["node_type"], "where");
+  node_plan = slot_of(o["node_type"], "plan");
+  facts_floats = slot_of(o["facts_type"], "floats_are_data");
+  if (!PyType_IsSubtype(S.size_type, &PyTuple_Type))
+    throw py::type_error("neuron_lab: size_type must be torch.Size");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
@@ -468,15 +522,8 @@ void configure(py::dict o) {
 void init_deferral(py::module_& m) {
   using namespace deferral;
   s_node = intern("node");
-  s_key = intern("key");
   s_records = intern("records");
   s_producers = intern("producers");
-  s_depth = intern("depth");
-  s_children = intern("children");
-  s_fast = intern("fast");
-  s_metas = intern("metas");
-  s_where = intern("where");
-  s_plan = intern("plan");
   s_queued_bytes = intern("queued_bytes");
   s_headroom = intern("headroom");
   s_pressure = intern("_pressure");

@@ -26,6 +26,7 @@ struct State {
   PyTypeObject* memory_format_type = nullptr;
   PyTypeObject* layout_type = nullptr;
   PyTypeObject* device_type = nullptr;
+  PyTypeObject* size_type = nullptr;           // torch.Size (a tuple subclass)
   PyObject* not_queueable = nullptr; // record.NotQueueable
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
@@ -56,10 +57,9 @@ struct State {
 extern State S;
 
 // interned attribute names (init_deferral)
-extern PyObject *s_node, *s_key, *s_records, *s_producers, *s_depth, *s_children, *s_fast,
-    *s_metas, *s_where, *s_plan, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats, *s_name,
-    *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
-    *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
+extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure,
+    *s_floats, *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
+    *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
     *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
 
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
