@@ -8,7 +8,8 @@
 // Python took for that (building the key, the trie lookup, the tensor, two weak references, two
 // producer entries, the record) are C calls on the same Python objects, so the engine's slow
 // paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
-// what the Python path would have built:
+// what the Python path would have built (their attributes read from the engine's instance dict
+// and the trie node's and OpFacts' slots: ``slot_get``, ``engine_get``):
 //
 //   key      (facts, (arg keys...)) as record.describe builds it (deferral_keys.cpp);
 //   record   QueuedOp(facts, templates, kwarg templates, node.key, [(tensor ref, storage ref)],
