@@ -33,6 +33,8 @@
 
 #include <structmember.h>   // after Python.h (deferral.h): PyMemberDescrObject, T_OBJECT_EX
 
+#include <utility>
+
 namespace py = pybind11;
 
 namespace neuron_lab {
@@ -290,7 +292,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
                   PyObject* records, PyObject* producers, Py_ssize_t pos) {
   PyObject* out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
   if (out == nullptr) return nullptr;
-  PyObject* stats = PyObject_GetAttr(S.engine, s_stats);
+  PyObject* stats = engine_get(s_stats);
   bool ok = stats != nullptr && PyDict_Check(stats) && bump(stats, s_launches_per_op) &&
             bump(stats, s_ops_per_op);
   Py_XDECREF(stats);
@@ -305,7 +307,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
   } else {
     ok = false;
   }
-  PyObject* after = ok ? PyObject_GetAttr(S.engine, s_period_after) : nullptr;
+  PyObject* after = ok ? engine_get(s_period_after) : nullptr;
   Py_ssize_t from = after ? PyLong_AsSsize_t(after) : -1;
   Py_XDECREF(after);
   ok = ok && !(from == -1 && PyErr_Occurred());
@@ -323,7 +325,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
     }
   }
   if (ok) {   // the queue limit (Engine.queue_limit, read at the segment's start)
-    PyObject* limit = PyObject_GetAttr(S.engine, s_queue_limit);
+    PyObject* limit = engine_get(s_queue_limit);
     Py_ssize_t n = limit ? PyLong_AsSsize_t(limit) : -1;
     Py_XDECREF(limit);
     ok = !(n == -1 && PyErr_Occurred());
@@ -479,16 +481,13 @@ void configure(py::dict o) {
   hold(S.layout_type, o["layout_type"]);
   hold(S.device_type, o["device_type"]);
   hold(S.size_type, o["size_type"]);
-  node_depth = slot_of(o["node_type"], "depth");
-  node_children = slot_of(o["node_type"], "children");
-  node_fast = slot_of(o["node_type"], "fast");
-  node_key = slot_of(o["node_type"], "key");
-  node_metas = slot_of(o["node_type"], "metas");
-  node_where = slot_of(o["node_type"], "where");
-  node_plan = slot_of(o["node_type"], "plan");
-  facts_floats = slot_of(o["facts_type"], "floats_are_data");
   if (!PyType_IsSubtype(S.size_type, &PyTuple_Type))
     throw py::type_error("neuron_lab: size_type must be torch.Size");
+  for (auto [slot, name] : {std::pair{&node_depth, "depth"}, {&node_children, "children"},
+                            {&node_fast, "fast"}, {&node_key, "key"}, {&node_metas, "metas"},
+                            {&node_where, "where"}, {&node_plan, "plan"}})
+    *slot = slot_of(o["node_type"], name);
+  facts_floats = slot_of(o["facts_type"], "floats_are_data");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);

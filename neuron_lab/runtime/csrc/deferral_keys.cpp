@@ -70,6 +70,14 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
 
 PyObject* pack2(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }
 
+// Can a value of ``dtype`` be queued? Host-only dtypes (dtypes.HOST_ONLY: float64, complex)
+// cannot: false with record.NotQueueable set (or another error of the lookup).
+bool queueable_dtype(PyObject* dtype) {
+  int host_only = PySet_Contains(S.host_only, dtype);
+  if (host_only > 0) PyErr_SetNone(S.not_queueable);
+  return host_only == 0;
+}
+
 // The key of a region input that is a plain tensor or Parameter, read from its TensorImpl: the
 // same ("x", torch.Size, stride tuple, offset, dtype) the Python attributes give (five calls
 // through the interpreter that were ~7 % of a deferred op's host time). A subclass, or a tensor
@@ -81,11 +89,7 @@ bool input_key(PyObject* a, PyObject** key, PyObject** tmpl) {
     return false;
   }
   PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));  // borrowed
-  int host_only = PySet_Contains(S.host_only, dtype);
-  if (host_only) {
-    if (host_only > 0) PyErr_SetNone(S.not_queueable);
-    return false;
-  }
+  if (!queueable_dtype(dtype)) return false;
   const int64_t dim = t.dim();
   PyObject* shape = untracked(S.size_type->tp_alloc(S.size_type, dim));   // torch.Size (THPSize)
   PyObject* stride = shape ? untracked(PyTuple_New(dim)) : nullptr;
@@ -142,10 +146,8 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     }
     PyObject* dtype = PyObject_GetAttr(a, s_dtype);
     if (dtype == nullptr) return false;
-    int host_only = PySet_Contains(S.host_only, dtype);
-    if (host_only) {
+    if (!queueable_dtype(dtype)) {
       Py_DECREF(dtype);
-      if (host_only > 0) PyErr_SetNone(S.not_queueable);
       return false;
     }
     PyObject* shape = PyObject_GetAttr(a, s_shape);
@@ -208,11 +210,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     return true;
   }
   if (t == S.dtype_type) {
-    int host_only = PySet_Contains(S.host_only, a);
-    if (host_only) {
-      if (host_only > 0) PyErr_SetNone(S.not_queueable);
-      return false;
-    }
+    if (!queueable_dtype(a)) return false;
   } else if (!(a == Py_None || t == &PyUnicode_Type || t == S.memory_format_type ||
                t == S.layout_type || t == S.device_type)) {
     PyErr_SetNone(S.not_queueable);
