@@ -32,7 +32,9 @@ def _both(op, args, kwargs, pos, producers):
     return want, got
 
 
-def test_keys_equal_python_describe_for_every_argument_kind():
+def _calls():
+    """Calls with every kind of argument, and the producers map they are described with (a
+    tensor made by op 2 of the segment)."""
     n = torch.randn(3, 4).to("neuron")
     p = torch.nn.Parameter(torch.randn(4).to("neuron"))
     made = torch.randn(3, 4).to("neuron")
@@ -51,6 +53,11 @@ def test_keys_equal_python_describe_for_every_argument_kind():
         (aten._foreach_mul.Scalar, ([n, p], 0.9), None),
         (aten.add.Tensor, (p, made), None),                         # a Parameter (a subclass)
     ]
+    return cases, producers, made
+
+
+def test_keys_equal_python_describe_for_every_argument_kind():
+    cases, producers, _ = _calls()
     for op, args, kwargs in cases:
         want, got = _both(op, args, kwargs, 5, producers)
         assert got[0] == want[0], op
@@ -64,6 +71,52 @@ def test_keys_equal_python_describe_for_every_argument_kind():
 
 class _Sub(torch.Tensor):
     pass
+
+
+def _key_or_none(f, args, kwargs, pos, producers):
+    try:
+        return record.describe(f, args, kwargs, pos, dict(producers))
+    except record.NotQueueable:
+        return None
+
+
+def test_the_hot_path_compares_a_trie_key_in_place_as_describe_would():
+    """deferral.cpp's first try on a known path compares the call with the one child's key
+    without building its own (match_key): it must find them equal exactly when
+    record.describe's key equals it, and give describe's templates. Every call against every
+    other's key: region inputs of other layouts and dtypes, a CPU tensor and a float64 one
+    (describe refuses them), a tensor made one op further back, another kwarg, another op."""
+    cases, producers, made = _calls()
+    base = torch.randn(4, 6).to("neuron")
+    cases += [(aten.neg.default, (a,), None) for a in (
+        base, base.t(), base[1:, 2:], base[2], base[3], torch.tensor(3.0).to("neuron"),
+        torch.nn.Parameter(torch.randn(4, 6).to("neuron")), base.as_subclass(_Sub),
+        torch.zeros(0, 6).to("neuron"), torch.ones(4, 6, dtype=torch.int32).to("neuron"),
+        torch.randn(4, 6), torch.randn(4, 6).double().to("neuron"), made)]
+    cases += [(aten.add.Tensor, (made, 0.5), {"alpha": 3}),
+              (aten.sub.Tensor, (made, 0.5), {"alpha": 2}),
+              (aten.view.default, (made, [2, 6]), None),
+              (aten.view.default, (made, [4, True]), None),
+              (aten.mul.Tensor, (made, made), None)]
+    described = [(facts(op), args, kwargs, _key_or_none(facts(op), args, kwargs, 5, producers))
+                 for op, args, kwargs in cases]
+    compared = 0
+    for f, args, kwargs, mine in described:
+        for _, _, _, other in described:
+            if other is None:
+                continue
+            for pos in (5, 6):      # at 6, the tensor made at 2 is one op further back
+                here = _key_or_none(f, args, kwargs, pos, producers)
+                got = ext.match_key(f, tuple(args), kwargs, pos, dict(producers), other[0])
+                assert (got is not None) == (here is not None and here[0] == other[0]), (f, args)
+                compared += 1
+                if got is None:
+                    continue
+                assert len(got[0]) == len(here[1])
+                for a, b in zip(got[0], here[1]):
+                    assert type(a) is type(b) and (a is b or a == b), f
+                assert got[1] == here[2]
+    assert compared > 500
 
 
 def test_region_input_keys_read_from_the_tensor_equal_the_python_attributes():

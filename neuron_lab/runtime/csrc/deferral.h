@@ -67,6 +67,11 @@ extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom,
 PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
                    PyObject* producers, bool floats);
 
+// deferral_keys.cpp: does this call's key equal ``key`` (a trie child's), compared without
+// building it? 1 with the templates set (``*tkw``: None or a dict), 0 where it differs or the
+// call cannot be queued (describe then says which), -1 with an exception set.
+int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
+              bool floats, PyObject* key, PyObject** targs, PyObject** tkw);
 // deferral_shells.cpp: a pending shell of a FastOut's size, stride, offset and dtype; (tensor,
 // storage) as new references, or false with an exception set.
 bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,

@@ -221,7 +221,158 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
   return true;
 }
 
+// Is ``o`` the int ``v``? (An int key item compared without building one.)
+bool is_int(PyObject* o, Py_ssize_t v) {
+  if (!PyLong_CheckExact(o)) return false;
+  Py_ssize_t x = PyLong_AsSsize_t(o);
+  if (x == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  return x == v;
+}
+
+// Is ``o`` a tuple (torch.Size too) of the ints ``v``?
+bool is_ints(PyObject* o, c10::IntArrayRef v) {
+  if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != static_cast<Py_ssize_t>(v.size())) return false;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!is_int(PyTuple_GET_ITEM(o, static_cast<Py_ssize_t>(i)), v[i])) return false;
+  return true;
+}
+
+// Is ``o`` the str ``tag`` (an interned "r", "x", "ints")?
+bool is_tag(PyObject* o, PyObject* tag) {
+  return o == tag || (PyUnicode_CheckExact(o) && PyUnicode_Compare(o, tag) == 0);
+}
+
+// ``a == b`` as the dict lookup compares keys (identity first): 1, 0, or -1 with an exception.
+int same(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
+
+// Does one argument's key equal ``want`` (describe_arg's key), and its template? The common
+// arguments are compared where they are (a tensor made earlier in the segment against ("r",
+// distance, k), a plain region input's TensorImpl against ("x", size, stride, offset, dtype), a
+// float that is data, a list of ints); any other is described and compared. 1 with ``*tmpl``
+// set, 0 where the key differs or the call cannot be queued, -1 with an exception.
+int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, bool floats,
+              bool top, PyObject** tmpl) {
+  PyTypeObject* t = Py_TYPE(a);
+  if (t == S.tensor || PyType_IsSubtype(t, S.tensor)) {
+    PyObject* p = producer_of(a, producers);
+    if (p == nullptr && PyErr_Occurred()) return -1;
+    if (p != nullptr) {
+      if (!PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 3 ||
+          !is_tag(PyTuple_GET_ITEM(want, 0), s_r))
+        return 0;
+      Py_ssize_t ppos = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 0));
+      if (ppos == -1 && PyErr_Occurred()) return -1;
+      if (!is_int(PyTuple_GET_ITEM(want, 1), pos - ppos)) return 0;
+      int eq = same(PyTuple_GET_ITEM(want, 2), PyTuple_GET_ITEM(p, 1));
+      if (eq == 1) *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
+      return eq;
+    }
+    if (THPVariable_CheckTypeExact(t) &&
+        !THPVariable_Unpack(a).unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+      const at::Tensor& x = THPVariable_Unpack(a);
+      if (x.is_cpu() || !PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 5 ||
+          !is_tag(PyTuple_GET_ITEM(want, 0), s_x) ||
+          PyTuple_GET_ITEM(want, 4) !=
+              reinterpret_cast<PyObject*>(torch::getTHPDtype(x.scalar_type())) ||
+          !is_int(PyTuple_GET_ITEM(want, 3), x.storage_offset()) ||
+          !is_ints(PyTuple_GET_ITEM(want, 1), x.sizes()) ||
+          !is_ints(PyTuple_GET_ITEM(want, 2), x.strides()))
+        return 0;   // (the key's dtype was queueable when it was stored: HOST_ONLY is fixed)
+      *tmpl = Py_NewRef(a);
+      return 1;
+    }   // a subclass, symbolic sizes: described and compared below
+  } else if (t == &PyFloat_Type && floats) {
+    int eq = same(want, S.float_key);
+    if (eq == 1) *tmpl = Py_NewRef(a);
+    return eq;
+  } else if (top && t == &PyList_Type && PyTuple_CheckExact(want) && PyTuple_GET_SIZE(want) == 2 &&
+      is_tag(PyTuple_GET_ITEM(want, 0), s_ints)) {
+    PyObject* values = PyTuple_GET_ITEM(want, 1);
+    Py_ssize_t n = PyList_GET_SIZE(a);
+    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* v = PyList_GET_ITEM(a, i);
+      if (!PyLong_CheckExact(v)) return 0;   // not all ints: keyed item by item, not "ints"
+      int eq = same(PyTuple_GET_ITEM(values, i), v);
+      if (eq != 1) return eq;
+    }
+    *tmpl = Py_NewRef(a);
+    return 1;
+  }
+  PyObject *k, *v;
+  if (!describe_arg(a, pos, producers, floats, top, &k, &v)) {
+    if (!PyErr_ExceptionMatches(S.not_queueable)) return -1;
+    PyErr_Clear();   // describe raises it again on the way to the Python engine
+    return 0;
+  }
+  int eq = same(want, k);
+  Py_DECREF(k);
+  if (eq == 1) *tmpl = v;
+  else Py_DECREF(v);
+  return eq;
+}
+
 }  // namespace
+
+int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
+              bool floats, PyObject* key, PyObject** targs, PyObject** tkw) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
+  if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
+  PyObject* keys = PyTuple_GET_ITEM(key, 1);
+  if (!PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != n + nkw) return 0;
+  int eq = same(PyTuple_GET_ITEM(key, 0), f);
+  if (eq != 1) return eq;
+  PyObject* ta = untracked(PyTuple_New(n));
+  if (ta == nullptr) return -1;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v;
+    eq = match_arg(PyTuple_GET_ITEM(args, i), PyTuple_GET_ITEM(keys, i), pos, producers, floats,
+                   true, &v);
+    if (eq != 1) {
+      Py_DECREF(ta);
+      return eq;
+    }
+    PyTuple_SET_ITEM(ta, i, v);
+  }
+  PyObject* kw = Py_NewRef(Py_None);
+  if (nkw) {   // (name, key) pairs in name order, as describe sorts them
+    Py_DECREF(kw);
+    kw = untracked(PyDict_New());
+    PyObject* names = kw ? PyDict_Keys(kwargs) : nullptr;
+    eq = names != nullptr && PyList_Sort(names) == 0 ? 1 : -1;
+    for (Py_ssize_t i = 0; eq == 1 && i < nkw; ++i) {
+      PyObject* name = PyList_GET_ITEM(names, i);
+      PyObject* want = PyTuple_GET_ITEM(keys, n + i);
+      PyObject* value = PyDict_GetItemWithError(kwargs, name);   // borrowed
+      if (value == nullptr) {
+        eq = -1;
+        break;
+      }
+      if (!PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 2) {
+        eq = 0;
+        break;
+      }
+      eq = same(PyTuple_GET_ITEM(want, 0), name);
+      PyObject* v = nullptr;
+      if (eq == 1) eq = match_arg(value, PyTuple_GET_ITEM(want, 1), pos, producers, floats, false, &v);
+      if (eq == 1 && PyDict_SetItem(kw, name, v) < 0) eq = -1;
+      Py_XDECREF(v);
+    }
+    Py_XDECREF(names);
+    if (eq != 1) {
+      Py_XDECREF(kw);
+      Py_DECREF(ta);
+      return eq;
+    }
+  }
+  *targs = ta;
+  *tkw = kw;
+  return 1;
+}
 
 // (key, templates, kwarg templates) as record.describe builds them; nullptr + exception. The
 // key's tuples and the templates are untracked (python_objects.h): capture keeps them in the
@@ -292,37 +443,73 @@ namespace {
 
 using namespace deferral;
 
-// describe(facts, args, kwargs, pos, producers): the C key builder alone (tests compare it with
-// record.describe)
-PyObject* describe_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
-  if (n != 5 || !PyTuple_Check(argv[1]) || !PyDict_Check(argv[4])) {
-    PyErr_SetString(PyExc_TypeError,
-                    "neuron_lab: describe(facts, args: tuple, kwargs, pos: int, producers: dict)");
-    return nullptr;
+// The test entry points' arguments, (facts, args: tuple, kwargs, pos: int, producers: dict,
+// ...): ``pos`` and the op's floats_are_data; false with an exception set.
+bool test_call(PyObject* const* argv, Py_ssize_t n, Py_ssize_t want, const char* usage,
+               Py_ssize_t* pos, bool* floats) {
+  if (n != want || !PyTuple_Check(argv[1]) || !PyDict_Check(argv[4])) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return false;
   }
   if (S.engine == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure() first");
-    return nullptr;
+    return false;
   }
-  Py_ssize_t pos = PyLong_AsSsize_t(argv[3]);
-  if (pos == -1 && PyErr_Occurred()) return nullptr;
-  PyObject* floats = PyObject_GetAttr(argv[0], s_floats);
-  if (floats == nullptr) return nullptr;
-  int fl = PyObject_IsTrue(floats);
-  Py_DECREF(floats);
-  return describe(argv[0], argv[1], argv[2], pos, argv[4], fl == 1);
+  *pos = PyLong_AsSsize_t(argv[3]);
+  if (*pos == -1 && PyErr_Occurred()) return false;
+  PyObject* fl = PyObject_GetAttr(argv[0], s_floats);
+  if (fl == nullptr) return false;
+  int is = PyObject_IsTrue(fl);
+  Py_DECREF(fl);
+  *floats = is == 1;
+  return is >= 0;
+}
+
+// describe(facts, args, kwargs, pos, producers): the C key builder alone (tests compare it with
+// record.describe)
+PyObject* describe_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  Py_ssize_t pos;
+  bool floats;
+  if (!test_call(argv, n, 5, "neuron_lab: describe(facts, args: tuple, kwargs, pos: int, "
+                             "producers: dict)", &pos, &floats))
+    return nullptr;
+  return describe(argv[0], argv[1], argv[2], pos, argv[4], floats);
 }
 
 PyMethodDef describe_def = {"describe",
                             reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&describe_py)),
                             METH_FASTCALL, "describe(facts, args, kwargs, pos, producers)"};
 
+// match_key(facts, args, kwargs, pos, producers, key): the hot path's comparison alone (tests
+// compare it with record.describe's keys): (templates, kwarg templates), or None where the
+// call's key is not ``key``
+PyObject* match_key_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
+  Py_ssize_t pos;
+  bool floats;
+  if (!test_call(argv, n, 6, "neuron_lab: match_key(facts, args: tuple, kwargs, pos: int, "
+                             "producers: dict, key)", &pos, &floats))
+    return nullptr;
+  PyObject *targs, *tkw;
+  int m = match_key(argv[0], argv[1], argv[2], pos, argv[4], floats, argv[5], &targs, &tkw);
+  if (m < 0) return nullptr;
+  if (m == 0) Py_RETURN_NONE;
+  PyObject* out = PyTuple_Pack(2, targs, tkw);
+  Py_DECREF(targs);
+  Py_DECREF(tkw);
+  return out;
+}
+
+PyMethodDef match_key_def = {"match_key",
+                             reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&match_key_py)),
+                             METH_FASTCALL, "match_key(facts, args, kwargs, pos, producers, key)"};
 
 }  // namespace
 
 void init_deferral_keys(py::module_& m) {
   m.add_object("describe",
                py::reinterpret_steal<py::object>(PyCFunction_New(&describe_def, nullptr)));
+  m.add_object("match_key",
+               py::reinterpret_steal<py::object>(PyCFunction_New(&match_key_def, nullptr)));
 }
 
 }  // namespace neuron_lab
