@@ -8,10 +8,11 @@ map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than
 path (docs/performance.md, "The hot paths in C"). It also captures an op met in the middle of a
 segment that no known region continues (``Engine._capture``: run it now, record it), calling
 the same Python pieces (``kernels.run_now``, ``tracking.user_frame_token``,
-``record.record_run``, ``Engine._period``). Every other case (a segment's first op, a
-divergence, a region's end, an in-place or multi-output op, an op that is not always
-queueable) calls the Python engine, under its lock as before; in eager mode an op goes to the
-device's ``kernels.execute``.
+``record.record_run``, ``Engine._period``), and defers ops whose outputs are all new (several,
+a list, none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence,
+a region's end, an op returning the caller's tensor, an op that is not always queueable) calls
+the Python engine, under its lock as before; in eager mode an op goes to the device's
+``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
@@ -52,6 +53,8 @@ def seam_runtime(engine: adaptive.Engine):
         "node_type": cache.Node, "facts_type": OpFacts,
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
+        "ref": record.ref, "rebuild": record.rebuild, "pending_kind": record.PENDING,
+        "not_tensor_kind": record.NOT_TENSOR,
         "mode": knobs.MODE, "unset": config._UNSET,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,

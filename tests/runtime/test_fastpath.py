@@ -181,12 +181,45 @@ def test_a_training_loop_defers_in_c_and_equals_cpu(compile_off):   # per-op rep
                 o.step()
         rt.sync()
     fast, slow = (a - b for a, b in zip(fastpath.counts(), before))
-    # per step ~22 ops stay in C; the Python engine takes the regions' first ops and AdamW's
-    # in-place foreach ops (their outputs are the caller's tensors: Engine._defer)
+    # per step ~22 ops stay in C, AdamW's foreach ops too (new lists, or in place returning
+    # nothing); the Python engine takes the regions' first ops
     assert fast > 2 * slow, (fast, slow)
     for p, q in zip(model.parameters(), dev.parameters()):
         assert torch.equal(p, q.cpu())
     assert any(not torch.equal(p, r) for p, r in zip(model.parameters(), ref))
+
+
+
+def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
+    """Ops whose outputs are all new (a tuple, a list of views, a foreach list) or that return
+    nothing (in place, foreach) are deferred in C (deferral.cpp defer_many), as Engine._defer
+    does: pending until the region runs, then the values eager gives (per-op replay: bitwise)."""
+    from neuron_lab.device import shell
+
+    def body(a, b):
+        values, indices = torch.max(a * b, 1)
+        lo, hi = torch.split(a + 1.0, 2, dim=1)
+        var, mean = torch.var_mean(lo * hi, 0)
+        roots = torch._foreach_sqrt([a.abs(), b.abs()])
+        torch._foreach_mul_(roots, 0.5)
+        return values + indices, var - mean, roots[0] * roots[1]
+
+    a_cpu, b_cpu = torch.randn(3, 4), torch.randn(3, 4)
+    want = body(a_cpu, b_cpu)
+    a, b = a_cpu.to("neuron"), b_cpu.to("neuron")
+    with rt.mode("adaptive"):
+        for _ in range(4):                       # the region is known from the second run
+            rt.sync()
+            fast, slow = fastpath.counts()
+            got = body(a, b)
+        assert all(shell.is_pending(t) for t in got)
+        fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
+        # 13 ops (mul, max, add, split, mul, var_mean, abs, abs, _foreach_sqrt, _foreach_mul_,
+        # add, sub, mul): all but the region's first in C, the five with several outputs too
+        assert (fast, slow) == (12, 1)
+        rt.sync()
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
 
 
 SCRIPT = textwrap.dedent("""

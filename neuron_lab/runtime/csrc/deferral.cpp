@@ -23,8 +23,10 @@
 // taken off the cycle collector's lists (``untracked``, python_objects.h): none of it can be
 // part of a cycle, and tracked it made CPython run ~200 ms full collections in training loops.
 //
-// Anything else (a segment's first op, a divergence, a region's end, an op with several outputs
-// or an in-place one) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
+// An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
+// here too (defer_many: Engine._defer's loop). Anything else (a segment's first op, a
+// divergence, a region's end, an op returning the caller's tensor (in place, out=), a node's
+// first deferral) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
@@ -66,7 +68,7 @@ struct Slot {
   PyObject* name = nullptr;
 };
 Slot node_depth, node_children, node_fast, node_key, node_metas, node_where, node_plan,
-    facts_floats;
+    node_structure, facts_floats;
 
 PyObject* slot_get(PyObject* o, const Slot& s) {
   if (Py_TYPE(o) == s.type) {
@@ -126,105 +128,119 @@ bool flush_under_pressure() {
   return r != nullptr;
 }
 
-// Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
-PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
-                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  PyObject* size = PyTuple_GET_ITEM(fast, 0);
-  PyObject* stride = PyTuple_GET_ITEM(fast, 1);
-  PyObject* offset = PyTuple_GET_ITEM(fast, 2);
-  PyObject* dtype = PyTuple_GET_ITEM(fast, 3);
-  PyObject* nbytes = PyTuple_GET_ITEM(fast, 4);
-  bool dense = PyTuple_GET_ITEM(fast, 5) == Py_True;
-  bool queueable = PyTuple_GET_ITEM(fast, 6) == Py_True;
-  PyObject* ref = PyTuple_GET_ITEM(fast, 7);
+// The segment's bound on pending bytes: ``nbytes`` more handed out (Engine._admit_pending past
+// the headroom). False with an exception set (OutOfMemoryError past the capacity).
+bool admit(PyObject* f, PyObject* nbytes) {
+  int zero = PyObject_Not(nbytes);
+  if (zero != 0) return zero > 0;
+  PyObject* q = engine_get(s_queued_bytes);
+  if (q == nullptr) return false;
+  PyObject* q2 = PyNumber_Add(q, nbytes);
+  Py_DECREF(q);
+  if (q2 == nullptr || PyObject_SetAttr(S.engine, s_queued_bytes, q2) < 0) {
+    Py_XDECREF(q2);
+    return false;
+  }
+  PyObject* head = engine_get(s_headroom);
+  int over = head == nullptr ? -1 : PyObject_RichCompareBool(q2, head, Py_GT);
+  Py_DECREF(q2);
+  Py_XDECREF(head);
+  if (over <= 0) return over == 0;
+  PyObject* r = PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr);
+  Py_XDECREF(r);
+  return r != nullptr;
+}
 
-  long long nb = PyLong_AsLongLong(nbytes);
-  if (nb == -1 && PyErr_Occurred()) return nullptr;
-  if (nb) {   // the segment's bound on pending bytes (Engine._admit_pending past the headroom)
-    PyObject* q = engine_get(s_queued_bytes);
-    if (q == nullptr) return nullptr;
-    PyObject* q2 = PyNumber_Add(q, nbytes);
-    Py_DECREF(q);
-    if (q2 == nullptr || PyObject_SetAttr(S.engine, s_queued_bytes, q2) < 0) {
-      Py_XDECREF(q2);
-      return nullptr;
-    }
-    PyObject* head = engine_get(s_headroom);
-    int over = head == nullptr ? -1 : PyObject_RichCompareBool(q2, head, Py_GT);
-    Py_DECREF(q2);
-    Py_XDECREF(head);
-    if (over < 0) return nullptr;
-    if (over) {
-      PyObject* r = PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr);
-      if (r == nullptr) return nullptr;
-      Py_DECREF(r);
-    }
-  }
-  PyObject *t = nullptr, *st = nullptr;
-  if (!new_shell(size, stride, offset, dtype, dense, &t, &st)) return nullptr;
-  if (set_attr_none(st, s_h) == nullptr || set_attr_none(t, s_d) == nullptr) {
-    Py_DECREF(st);
-    Py_DECREF(t);
-    return nullptr;   // shell.pending's two attributes
-  }
-  PyObject* tr = untracked(PyWeakref_NewRef(t, nullptr));
-  PyObject* sr = untracked(PyWeakref_NewRef(st, nullptr));
-  PyObject *tid = nullptr, *sid = nullptr, *pos_obj = nullptr, *outs = nullptr, *pair = nullptr;
-  bool ok = tr && sr;
+// One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype): the
+// shell (new reference in ``*t``), its (tensor, storage) weak pair (``*pair``) and, for a dtype
+// a later queued op may take, its producer entries under id(tensor) and id(storage) with the
+// Ref ``r``. False with an exception set.
+bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
+                    bool dense, bool queueable, Py_ssize_t pos, long k, PyObject* r,
+                    PyObject* producers, PyObject** t, PyObject** pair) {
+  PyObject* st = nullptr;
+  *t = *pair = nullptr;
+  if (!new_shell(size, stride, offset, dtype, dense, t, &st)) return false;
+  // shell.pending's two attributes
+  bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(*t, s_d) != nullptr;
+  PyObject* tr = ok ? untracked(PyWeakref_NewRef(*t, nullptr)) : nullptr;
+  PyObject* sr = tr ? untracked(PyWeakref_NewRef(st, nullptr)) : nullptr;
+  ok = sr != nullptr;
   if (ok && queueable) {
-    pos_obj = PyLong_FromSsize_t(pos);
-    tid = PyLong_FromVoidPtr(t);
-    sid = PyLong_FromVoidPtr(st);
-    ok = pos_obj && tid && sid;
+    PyObject* pos_obj = PyLong_FromSsize_t(pos);
+    PyObject* k_obj = PyLong_FromLong(k);
+    PyObject* tid = PyLong_FromVoidPtr(*t);
+    PyObject* sid = PyLong_FromVoidPtr(st);
+    ok = pos_obj && k_obj && tid && sid;
     if (ok) {
-      PyObject* a[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(tr), Py_NewRef(ref)};
+      PyObject* a[4] = {Py_NewRef(pos_obj), Py_NewRef(k_obj), Py_NewRef(tr), Py_NewRef(r)};
       PyObject* pt = untracked(named(S.produced, 4, a));
-      PyObject* b[4] = {Py_NewRef(pos_obj), PyLong_FromLong(0), Py_NewRef(sr), Py_NewRef(ref)};
+      PyObject* b[4] = {Py_NewRef(pos_obj), Py_NewRef(k_obj), Py_NewRef(sr), Py_NewRef(r)};
       PyObject* ps = untracked(named(S.produced, 4, b));
       ok = pt && ps && PyDict_SetItem(producers, tid, pt) == 0 &&
            PyDict_SetItem(producers, sid, ps) == 0;
       Py_XDECREF(pt);
       Py_XDECREF(ps);
     }
+    Py_XDECREF(pos_obj);
+    Py_XDECREF(k_obj);
+    Py_XDECREF(tid);
+    Py_XDECREF(sid);
   }
+  if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
+  Py_XDECREF(tr);
+  Py_XDECREF(sr);
+  Py_DECREF(st);
+  if (*pair == nullptr) Py_CLEAR(*t);
+  return *pair != nullptr;
+}
+
+// The deferred op's record, QueuedOp(facts, args, kwargs, key, outs, metas, structure, where,
+// plan) with the trie node's key, metas, where and plan (this op's own equal key dies at
+// once), appended to ``records``; the engine moves to ``nxt``. False with an exception set.
+bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* outs,
+           PyObject* structure, PyObject* records) {
+  PyObject* key = slot_get(nxt, node_key);
+  PyObject* metas = slot_get(nxt, node_metas);
+  PyObject* where = slot_get(nxt, node_where);
+  PyObject* plan = slot_get(nxt, node_plan);
+  bool ok = key && metas && where && plan;
   if (ok) {
-    pair = untracked(PyTuple_Pack(2, tr, sr));
-    outs = pair ? untracked(PyList_New(1)) : nullptr;
-    ok = outs != nullptr;
-    if (ok) PyList_SET_ITEM(outs, 0, Py_NewRef(pair));
+    PyObject* items[9] = {Py_NewRef(f), Py_NewRef(targs), Py_NewRef(tkw), key, Py_NewRef(outs),
+                          metas, Py_NewRef(structure), where, plan};
+    key = metas = where = plan = nullptr;
+    PyObject* rec = untracked(named(S.queued, 9, items));
+    ok = rec && PyList_Append(records, rec) == 0;
+    Py_XDECREF(rec);
   }
-  if (ok) {   // QueuedOp(facts, args, kwargs, key, outs, metas, structure, where, plan)
-    PyObject* key = slot_get(nxt, node_key);   // the trie's key: this op's own copy dies now
-    PyObject* metas = slot_get(nxt, node_metas);
-    PyObject* where = slot_get(nxt, node_where);
-    PyObject* plan = slot_get(nxt, node_plan);
-    ok = key && metas && where && plan;
-    if (ok) {
-      PyObject* items[9] = {Py_NewRef(f), Py_NewRef(targs), Py_NewRef(tkw), key, Py_NewRef(outs), metas, Py_NewRef(s_t), where, plan};
-      key = metas = where = plan = nullptr;
-      PyObject* rec = untracked(named(S.queued, 9, items));
-      ok = rec && PyList_Append(records, rec) == 0;
-      Py_XDECREF(rec);
-    }
-    Py_XDECREF(key);
-    Py_XDECREF(metas);
-    Py_XDECREF(where);
-    Py_XDECREF(plan);
-  }
+  Py_XDECREF(key);
+  Py_XDECREF(metas);
+  Py_XDECREF(where);
+  Py_XDECREF(plan);
   ok = ok && PyObject_SetAttr(S.engine, s_node, nxt) == 0;
   if (ok) {   // tracking.executed gets it when read (deferred_counts)
     auto it = S.deferred.find(f);
     if (it == S.deferred.end()) S.deferred.emplace(Py_NewRef(f), 1);
     else ++it->second;
   }
-  Py_XDECREF(tr);
-  Py_XDECREF(sr);
-  Py_XDECREF(tid);
-  Py_XDECREF(sid);
-  Py_XDECREF(pos_obj);
-  Py_XDECREF(pair);
+  return ok;
+}
+
+// Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
+PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
+                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  // FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref)
+  PyObject** o = &PyTuple_GET_ITEM(fast, 0);
+  if (!admit(f, o[4])) return nullptr;
+  PyObject *t, *pair;
+  if (!pending_output(o[0], o[1], o[2], o[3], o[5] == Py_True, o[6] == Py_True, pos, 0, o[7],
+                      producers, &t, &pair))
+    return nullptr;
+  PyObject* outs = untracked(PyList_New(1));
+  if (outs != nullptr) PyList_SET_ITEM(outs, 0, pair);
+  else Py_DECREF(pair);
+  bool ok = outs != nullptr && queue(f, targs, tkw, nxt, outs, s_t, records);
   Py_XDECREF(outs);
-  Py_DECREF(st);
   if (!ok || !flush_under_pressure()) {
     Py_DECREF(t);
     return nullptr;
@@ -232,11 +248,83 @@ PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, 
   return t;
 }
 
+// Engine._defer for an op whose outputs are all new tensors or not tensors, and that is not a
+// FastOut (several outputs, a list, none: SDPA's, nll_loss_forward's, _foreach_sqrt's list,
+// AdamW's in-place foreach ops that return nothing). An output that is the caller's tensor
+// (in place, out=) or a plan not derived yet stays with the Python engine: nullptr with no
+// exception set. The op's return value (record.rebuild of the outputs), or nullptr with an
+// exception set.
+PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
+                     PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  PyObject* plan = slot_get(nxt, node_plan);
+  if (plan == nullptr) return nullptr;
+  Py_ssize_t n = PyTuple_Check(plan) ? PyTuple_GET_SIZE(plan) : -1;
+  long long nbytes = 0;
+  for (Py_ssize_t k = 0; k < n; ++k) {   // OutSpec(kind, arg, meta, nbytes, dense, queueable)
+    PyObject* spec = PyTuple_GET_ITEM(plan, k);
+    long kind = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 6
+                    ? PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) : -1;
+    if (kind == S.pending_kind) nbytes += PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 3));
+    else if (kind != S.not_tensor_kind) n = -1;
+    if (PyErr_Occurred()) {
+      Py_DECREF(plan);
+      return nullptr;
+    }
+  }
+  PyObject* structure = n < 0 ? nullptr : slot_get(nxt, node_structure);
+  PyObject* new_bytes = structure ? PyLong_FromLongLong(nbytes) : nullptr;
+  PyObject* outs = new_bytes ? untracked(PyList_New(n)) : nullptr;
+  PyObject* pairs = outs ? untracked(PyList_New(n)) : nullptr;
+  bool ok = pairs != nullptr && admit(f, new_bytes);
+  for (Py_ssize_t k = 0; ok && k < n; ++k) {
+    PyObject* spec = PyTuple_GET_ITEM(plan, k);
+    PyObject *t = Py_NewRef(Py_None), *pair = Py_NewRef(Py_None);
+    if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == S.pending_kind) {
+      PyObject** m = &PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, 2), 0);   // OutMeta
+      bool queueable = PyTuple_GET_ITEM(spec, 5) == Py_True;
+      PyObject* r = queueable ? PyObject_CallFunction(S.ref, "nl", pos, static_cast<long>(k))
+                              : Py_NewRef(Py_None);
+      Py_DECREF(t);
+      Py_DECREF(pair);
+      ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3],
+                                          PyTuple_GET_ITEM(spec, 4) == Py_True, queueable, pos,
+                                          static_cast<long>(k), r, producers, &t, &pair);
+      Py_XDECREF(r);
+      if (!ok) break;
+    }
+    PyList_SET_ITEM(outs, k, t);
+    PyList_SET_ITEM(pairs, k, pair);
+  }
+  ok = ok && queue(f, targs, tkw, nxt, pairs, structure, records);
+  PyObject* result = ok ? PyObject_CallFunctionObjArgs(S.rebuild, structure, outs, nullptr)
+                        : nullptr;
+  Py_DECREF(plan);
+  Py_XDECREF(structure);
+  Py_XDECREF(new_bytes);
+  Py_XDECREF(outs);
+  Py_XDECREF(pairs);
+  if (result != nullptr && !flush_under_pressure()) Py_CLEAR(result);
+  return result;
+}
+
+// An op continuing the trie path to ``nxt`` (its call's templates ``targs``, ``tkw``): handed
+// out here when the node's outputs are a FastOut (defer_one) or all new (defer_many). nullptr
+// with no exception set: the Python engine's case (Engine._defer: an in-place output, or the
+// node's first deferral, which derives its plan).
+PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
+                   PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  if (PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8)
+    return defer_one(f, targs, tkw, nxt, fast, records, producers, pos);
+  if (fast == Py_False) return defer_many(f, targs, tkw, nxt, records, producers, pos);
+  return nullptr;
+}
+
 // The hot path's first try: a trie node on a region's path has one child, whose key the call
 // is compared with where its arguments are (match_key), without building the key, hashing it
-// and comparing the two in the children dict (~0.4 us an op). 1 with ``*result`` set (the
-// pending output), 0 where the node branches, the child is not a FastOut, or the call differs
-// (the caller then describes it and looks it up), -1 with an exception set.
+// and comparing the two in the children dict (~0.3 us an op). 1 with ``*result`` set (the
+// op's return value: deferred here, or by the Python engine with the matched key), 0 where
+// the node branches, the child has no plan yet, or the call differs (the caller then
+// describes it and looks it up), -1 with an exception set.
 int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, bool floats,
                 PyObject* records, PyObject* producers, Py_ssize_t pos, PyObject** result) {
   PyObject* children = slot_get(node, node_children);
@@ -253,11 +341,21 @@ int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, b
   Py_DECREF(children);
   PyObject* fast = slot_get(nxt, node_fast);
   int m = fast == nullptr ? -1 : 0;
-  if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
+  if (fast != nullptr && fast != Py_None) {
     PyObject *targs = nullptr, *tkw = nullptr;
     m = match_key(f, args, kwargs, pos, producers, floats, key, &targs, &tkw);
     if (m == 1) {
-      *result = defer_one(f, targs, tkw, nxt, fast, records, producers, pos);
+      *result = defer_to(f, targs, tkw, nxt, fast, records, producers, pos);
+      if (*result != nullptr) {
+        ++S.fast;
+      } else if (!PyErr_Occurred()) {   // Engine._defer's case, with the key it would build
+        ++S.slow;
+        PyObject* described = PyTuple_Pack(3, key, targs, tkw);
+        *result = described ? PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs,
+                                                           described, nullptr)
+                            : nullptr;
+        Py_XDECREF(described);
+      }
       if (*result == nullptr) m = -1;
       Py_DECREF(targs);
       Py_DECREF(tkw);
@@ -413,12 +511,8 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
     producers = engine_get(s_producers);
     if (producers == nullptr) goto done;
     if (deferring) {   // the hot path: a known region's next op, compared with its key in place
-      int m = defer_along(f, args, kwargs, node, fl == 1, records, producers, pos, &result);
-      if (m < 0) goto done;
-      if (m > 0) {
-        ++S.fast;
+      if (defer_along(f, args, kwargs, node, fl == 1, records, producers, pos, &result) != 0)
         goto done;
-      }
     }
     described = describe(f, args, kwargs, pos, producers, fl == 1);
     if (described == nullptr) {   // a host argument: the Python engine ends the segment
@@ -437,17 +531,13 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       if (nxt == nullptr && PyErr_Occurred()) goto done;
       if (nxt != nullptr) {
         PyObject* fast = slot_get(nxt, node_fast);
-        if (fast != nullptr && PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8) {
-          result = defer_one(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
-                             nxt, fast, records, producers, pos);
-          Py_DECREF(fast);
-          Py_DECREF(nxt);
-          if (result != nullptr) ++S.fast;
-          goto done;
-        }
+        if (fast != nullptr)
+          result = defer_to(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
+                            nxt, fast, records, producers, pos);
         Py_XDECREF(fast);
         Py_DECREF(nxt);
-        if (PyErr_Occurred()) goto done;
+        if (result != nullptr) ++S.fast;
+        if (result != nullptr || PyErr_Occurred()) goto done;
       }
       ++S.slow;   // a divergence, a region's end, an op Engine._defer handles
       result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
@@ -530,13 +620,18 @@ void configure(py::dict o) {
     throw py::type_error("neuron_lab: size_type must be torch.Size");
   for (auto [slot, name] : {std::pair{&node_depth, "depth"}, {&node_children, "children"},
                             {&node_fast, "fast"}, {&node_key, "key"}, {&node_metas, "metas"},
-                            {&node_where, "where"}, {&node_plan, "plan"}})
+                            {&node_where, "where"}, {&node_plan, "plan"},
+                            {&node_structure, "structure"}})
     *slot = slot_of(o["node_type"], name);
   facts_floats = slot_of(o["facts_type"], "floats_are_data");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
   hold(S.queued, o["queued"]);
+  hold(S.ref, o["ref"]);
+  hold(S.rebuild, o["rebuild"]);
+  S.pending_kind = o["pending_kind"].cast<long>();
+  S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
   hold(S.mode, o["mode"]);
   hold(S.unset, o["unset"]);
   const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
