@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from ..device import config, kernels, tracking
-from ..device.opinfo import OpFacts
 from ..device.dtypes import HOST_ONLY
+from ..device.opinfo import OpFacts
 from . import adaptive, cache, knobs, policy, record
 from .native import extension
 
