@@ -444,3 +444,13 @@ def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
     assert {k: got.get(k) for k in ("aten::mul.Tensor", "aten::add.Tensor", "aten::tanh")} == \
         {"aten::mul.Tensor": 5, "aten::add.Tensor": 5, "aten::tanh": 5}
     assert neuron_lab.executed_ops() == got          # read once: nothing counted twice
+
+
+def test_the_records_c_reads_by_position_keep_their_field_order():
+    """deferral.cpp reads FastOut, OutSpec and OutMeta, and replay.cpp and records.cpp read
+    QueuedOp, by position: a reordered field would be read as another one."""
+    assert record.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
+                                      "queueable", "ref")
+    assert record.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
+    assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
+    assert record.QueuedOp._fields[:5] == ("facts", "args", "kwargs", "key", "outs")
