@@ -78,6 +78,13 @@ bool queueable_dtype(PyObject* dtype) {
   return host_only == 0;
 }
 
+// Is ``a`` (a tensor) a region input whose key is read from its TensorImpl: a plain tensor or
+// Parameter without symbolic sizes? A subclass, or symbolic sizes, go through the attributes.
+bool impl_readable(PyObject* a) {
+  return THPVariable_CheckTypeExact(Py_TYPE(a)) &&
+         !THPVariable_Unpack(a).unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
+
 // The key of a region input that is a plain tensor or Parameter, read from its TensorImpl: the
 // same ("x", torch.Size, stride tuple, offset, dtype) the Python attributes give (five calls
 // through the interpreter that were ~7 % of a deferred op's host time). A subclass, or a tensor
@@ -133,9 +140,7 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     }
     // an input of the region: ("x", shape, stride, offset, dtype); CPU tensors and host-only
     // dtypes cannot be queued
-    if (THPVariable_CheckTypeExact(t) &&
-        !THPVariable_Unpack(a).unsafeGetTensorImpl()->has_symbolic_sizes_strides())
-      return input_key(a, key, tmpl);
+    if (impl_readable(a)) return input_key(a, key, tmpl);
     PyObject* cpu = PyObject_GetAttr(a, s_is_cpu);
     if (cpu == nullptr) return false;
     int is_cpu = PyObject_IsTrue(cpu);
@@ -270,8 +275,7 @@ int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, 
       if (eq == 1) *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
       return eq;
     }
-    if (THPVariable_CheckTypeExact(t) &&
-        !THPVariable_Unpack(a).unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    if (impl_readable(a)) {
       const at::Tensor& x = THPVariable_Unpack(a);
       if (x.is_cpu() || !PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 5 ||
           !is_tag(PyTuple_GET_ITEM(want, 0), s_x) ||

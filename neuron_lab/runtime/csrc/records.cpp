@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "python_objects.h"   // device/csrc: intern, hold
+#include "records.h"
 
 namespace py = pybind11;
 
@@ -251,17 +252,6 @@ PyObject* packed_scalars(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   return THPVariable_Wrap(std::move(out));
 }
 
-// shell.host(t) without a call where t's host view is cached (``t._d`` not None); new reference
-PyObject* host_of(PyObject* t, PyObject* host) {
-  PyObject** dictptr = _PyObject_GetDictPtr(t);
-  if (dictptr != nullptr && *dictptr != nullptr) {
-    PyObject* d = PyDict_GetItemWithError(*dictptr, s_d);   // borrowed
-    if (d != nullptr && d != Py_None) return Py_NewRef(d);
-    if (d == nullptr && PyErr_Occurred()) return nullptr;
-  }
-  return PyObject_CallOneArg(host, t);
-}
-
 PyObject* host_inputs(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 4 || !PyTuple_Check(argv[0]) || !PyTuple_Check(argv[1]) || !PyList_Check(argv[2]) ||
       PyTuple_GET_SIZE(argv[0]) != PyTuple_GET_SIZE(argv[1])) {
@@ -333,6 +323,16 @@ void configure_records(py::dict o) {
 }
 
 }  // namespace
+
+PyObject* host_of(PyObject* t, PyObject* host) {
+  PyObject** dictptr = _PyObject_GetDictPtr(t);
+  if (dictptr != nullptr && *dictptr != nullptr) {
+    PyObject* d = PyDict_GetItemWithError(*dictptr, s_d);   // borrowed
+    if (d != nullptr && d != Py_None) return Py_NewRef(d);
+    if (d == nullptr && PyErr_Occurred()) return nullptr;
+  }
+  return PyObject_CallOneArg(host, t);
+}
 
 void init_records(py::module_& m) {
   s_t = intern("t");

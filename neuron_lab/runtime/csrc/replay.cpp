@@ -4,7 +4,7 @@
 //
 //   replay(records, host, fill, ref_type, device_type, host_device)
 //       records      the queue (QueuedOp: facts, args, kwargs, key, outs, ...)
-//       host         shell.host: a tensor's host value (its cached ``_d`` read here first)
+//       host         shell.host: a tensor's host value (its cached ``_d`` read first: host_of)
 //       fill         pending.fill(target, host value)
 //       ref_type     record.Ref (``pos``, ``k``: an output of an earlier op of the queue)
 //       device_type  torch.device; a ``neuron`` one becomes host_device()'s
@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern
+#include "records.h"          // host_of
 
 namespace py = pybind11;
 
 namespace neuron_lab {
 namespace {
 
-PyObject *s_pos, *s_k, *s_type, *s_d, *s_failed, *s_neuron, *s_call;
+PyObject *s_pos, *s_k, *s_type, *s_failed, *s_neuron, *s_call;
 
 constexpr Py_ssize_t kFacts = 0, kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
@@ -55,15 +56,7 @@ PyObject* resolve(PyObject* a, const Call& c) {
     }
     return Py_NewRef(PyList_GET_ITEM((*c.vals)[i], j));
   }
-  if (THPVariable_Check(a)) {   // shell.host, with the cached host view read here
-    PyObject** dictptr = _PyObject_GetDictPtr(a);
-    if (dictptr != nullptr && *dictptr != nullptr) {
-      PyObject* d = PyDict_GetItemWithError(*dictptr, s_d);   // borrowed
-      if (d != nullptr && THPVariable_Check(d)) return Py_NewRef(d);
-      if (d == nullptr && PyErr_Occurred()) return nullptr;
-    }
-    return PyObject_CallOneArg(c.host, a);
-  }
+  if (THPVariable_Check(a)) return host_of(a, c.host);
   if (t == &PyList_Type || t == &PyTuple_Type) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
     PyObject* out = t == &PyList_Type ? PyList_New(n) : PyTuple_New(n);
@@ -222,7 +215,6 @@ void init_replay(py::module_& m) {
   s_pos = intern("pos");
   s_k = intern("k");
   s_type = intern("type");
-  s_d = intern("_d");
   s_failed = intern("neuron_lab_failed");
   s_neuron = intern("neuron");
   s_call = intern("call");
