@@ -94,3 +94,35 @@ def test_an_op_that_raises_is_marked_with_its_record_by_both():
 
 def test_per_op_takes_the_c_twin():
     assert replay.replay is ext.replay
+
+
+def test_both_let_an_output_go_after_the_last_op_reading_it():
+    """As eager lets an intermediate go: op 0's value is read by ops 1 and 3, op 1's by op 2,
+    op 2's by op 3; op 4 reads only the input. Each fill (the test's: it keeps only a weak
+    reference) sees which earlier host values are gone."""
+    assert replay.freed_after(_chain(torch.randn(2, 3).to("neuron"))[0], record.Ref) == \
+        [[], [], [1], [0, 2, 3], [4]]
+    x = torch.randn(2, 3).to("neuron")
+    for name in TWINS:
+        recs, targets = _chain(x)
+        seen, gone_at = [], []
+
+        def weak_fill(tgt, h):
+            gone_at.append([j for j, w in enumerate(seen) if w() is None])
+            seen.append(weakref.ref(h))
+        run = {"c": ext.replay, "python": replay.replay_py}[name]
+        run(recs, shell.host, weak_fill, record.Ref, torch.device, host_device)
+        # at op i's fill: the values let go after ops 0 .. i-1
+        assert gone_at == [[], [], [], [1], [0, 1, 2, 3]], name
+        del targets
+
+
+def _chain(x):
+    r = record.ref
+    targets = [_target((2, 3)) for _ in range(5)]
+    recs = [_rec(aten.neg.default, (x,), outs=[targets[0][1]]),
+            _rec(aten.mul.Tensor, (r(0, 0), 2.0), outs=[targets[1][1]]),
+            _rec(aten.add.Tensor, (r(1, 0), x), outs=[targets[2][1]]),
+            _rec(aten.add.Tensor, (r(0, 0), r(2, 0)), outs=[targets[3][1]]),
+            _rec(aten.neg.default, (x,), outs=[targets[4][1]])]
+    return recs, targets

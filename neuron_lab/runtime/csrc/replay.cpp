@@ -10,7 +10,10 @@
 //       device_type  torch.device; a ``neuron`` one becomes host_device()'s
 //
 // An op that raises gets ``neuron_lab_failed = (index, record)`` on its exception, as the
-// Python loop sets it (the engine names the op and the user's line). Per op the Python loop
+// Python loop sets it (the engine names the op and the user's line). An op's host outputs are
+// let go once the last op reading them (a Ref) has run, as eager lets an intermediate go:
+// holding every output until the end cost W3's 37-op region ~0.2 ms of its 3.4 (more memory
+// touched, colder caches). Per op the Python loop
 // spent ~2 us resolving arguments, flattening outputs and checking liveness around the op's
 // own ~1.5 us (docs/performance.md).
 #include <torch/csrc/autograd/python_variable.h>
@@ -34,22 +37,46 @@ struct Call {
   PyObject* ref_type;
   PyObject* device_type;
   PyObject* host_device;
-  std::vector<PyObject*>* vals;   // per op so far: its flattened host outputs (lists, owned)
+  std::vector<PyObject*>* vals;   // per op so far: its flattened host outputs (lists, owned;
+                                  // nullptr once no later op reads them)
 };
+
+// The position a Ref names (``pos``), or -1 with an exception set.
+Py_ssize_t ref_pos(PyObject* a) {
+  PyObject* pos = PyObject_GetAttr(a, s_pos);
+  if (pos == nullptr) return -1;
+  Py_ssize_t i = PyLong_AsSsize_t(pos);
+  Py_DECREF(pos);
+  return i;
+}
+
+// last[j] = i for every Ref(j, .) in ``a`` (read by op i); false with an exception set.
+bool note_reads(PyObject* a, Py_ssize_t i, PyObject* ref_type, std::vector<Py_ssize_t>& last) {
+  PyTypeObject* t = Py_TYPE(a);
+  if (reinterpret_cast<PyObject*>(t) == ref_type) {
+    Py_ssize_t j = ref_pos(a);
+    if (j < 0) return !PyErr_Occurred();
+    if (j < static_cast<Py_ssize_t>(last.size())) last[j] = i;
+    return true;
+  }
+  if (t == &PyList_Type || t == &PyTuple_Type) {
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(a); ++k)
+      if (!note_reads(PySequence_Fast_GET_ITEM(a, k), i, ref_type, last)) return false;
+  }
+  return true;
+}
 
 // replay._resolve: ``a`` with earlier outputs and device tensors replaced by host values.
 // New reference, or nullptr with an exception set.
 PyObject* resolve(PyObject* a, const Call& c) {
   PyTypeObject* t = Py_TYPE(a);
   if (reinterpret_cast<PyObject*>(t) == c.ref_type) {
-    PyObject* pos = PyObject_GetAttr(a, s_pos);
-    PyObject* k = pos ? PyObject_GetAttr(a, s_k) : nullptr;
-    Py_ssize_t i = k ? PyLong_AsSsize_t(pos) : -1;
+    Py_ssize_t i = ref_pos(a);
+    PyObject* k = i >= 0 ? PyObject_GetAttr(a, s_k) : nullptr;
     Py_ssize_t j = k ? PyLong_AsSsize_t(k) : -1;
-    Py_XDECREF(pos);
     Py_XDECREF(k);
     if (PyErr_Occurred()) return nullptr;
-    if (i < 0 || i >= static_cast<Py_ssize_t>(c.vals->size()) ||
+    if (i < 0 || i >= static_cast<Py_ssize_t>(c.vals->size()) || (*c.vals)[i] == nullptr ||
         j < 0 || j >= PyList_GET_SIZE((*c.vals)[i])) {
       PyErr_SetString(PyExc_IndexError, "neuron_lab: replay: a Ref past the outputs so far");
       return nullptr;
@@ -182,24 +209,46 @@ PyObject* replay(PyObject*, PyObject* const* argv, Py_ssize_t n) {
                                      "device_type, host_device)");
     return nullptr;
   }
-  std::vector<PyObject*> vals;
-  Call c{argv[1], argv[3], argv[4], argv[5], &vals};
   PyObject* records = argv[0];
-  bool ok = true;
-  for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(records); ++i) {
+  const Py_ssize_t n_rec = PyList_GET_SIZE(records);
+  // last[j]: the last op that reads op j's outputs (-1: none does)
+  std::vector<Py_ssize_t> last(n_rec, -1);
+  for (Py_ssize_t i = 0; i < n_rec; ++i) {
     PyObject* rec = PyList_GET_ITEM(records, i);
     if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= kOuts) {
       PyErr_SetString(PyExc_TypeError, "neuron_lab: replay: records must be QueuedOps");
-      ok = false;
-      break;
+      return nullptr;
     }
+    if (!note_reads(PyTuple_GET_ITEM(rec, kArgs), i, argv[3], last)) return nullptr;
+    PyObject* kw = PyTuple_GET_ITEM(rec, kKwargs);
+    if (PyDict_Check(kw)) {
+      Py_ssize_t pos = 0;
+      PyObject *k, *v;
+      while (PyDict_Next(kw, &pos, &k, &v))
+        if (!note_reads(v, i, argv[3], last)) return nullptr;
+    }
+  }
+  // freed_after[first[i] .. first[i + 1]): the ops whose outputs are let go once op i ran
+  std::vector<Py_ssize_t> first(n_rec + 1, 0), freed_after(n_rec);
+  for (Py_ssize_t j = 0; j < n_rec; ++j) ++first[(last[j] < j ? j : last[j]) + 1];
+  for (Py_ssize_t i = 0; i < n_rec; ++i) first[i + 1] += first[i];
+  {
+    std::vector<Py_ssize_t> at(first.begin(), first.end() - 1);
+    for (Py_ssize_t j = 0; j < n_rec; ++j) freed_after[at[last[j] < j ? j : last[j]]++] = j;
+  }
+  std::vector<PyObject*> vals;
+  Call c{argv[1], argv[3], argv[4], argv[5], &vals};
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < n_rec && i < PyList_GET_SIZE(records); ++i) {
+    PyObject* rec = PyList_GET_ITEM(records, i);
     Py_INCREF(rec);   // the list may change under a fill's Python
     PyObject* houts = run_one(i, rec, c, argv[2]);
     if (houts == nullptr) ok = false;
     else vals.push_back(houts);
     Py_DECREF(rec);
+    for (Py_ssize_t f = first[i]; ok && f < first[i + 1]; ++f) Py_CLEAR(vals[freed_after[f]]);
   }
-  for (PyObject* v : vals) Py_DECREF(v);
+  for (PyObject* v : vals) Py_XDECREF(v);
   if (!ok) return nullptr;
   Py_RETURN_NONE;
 }
