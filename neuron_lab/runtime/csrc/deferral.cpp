@@ -34,6 +34,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "records.h"   // set_producer
 
 #include <structmember.h>   // after Python.h (deferral.h): PyMemberDescrObject, T_OBJECT_EX
 
@@ -168,24 +169,11 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
   ok = sr != nullptr;
   if (ok && queueable) {
     PyObject* pos_obj = PyLong_FromSsize_t(pos);
-    PyObject* k_obj = PyLong_FromLong(k);
-    PyObject* tid = PyLong_FromVoidPtr(*t);
-    PyObject* sid = PyLong_FromVoidPtr(st);
-    ok = pos_obj && k_obj && tid && sid;
-    if (ok) {
-      PyObject* a[4] = {Py_NewRef(pos_obj), Py_NewRef(k_obj), Py_NewRef(tr), Py_NewRef(r)};
-      PyObject* pt = untracked(named(S.produced, 4, a));
-      PyObject* b[4] = {Py_NewRef(pos_obj), Py_NewRef(k_obj), Py_NewRef(sr), Py_NewRef(r)};
-      PyObject* ps = untracked(named(S.produced, 4, b));
-      ok = pt && ps && PyDict_SetItem(producers, tid, pt) == 0 &&
-           PyDict_SetItem(producers, sid, ps) == 0;
-      Py_XDECREF(pt);
-      Py_XDECREF(ps);
-    }
+    PyObject* k_obj = pos_obj ? PyLong_FromLong(k) : nullptr;
+    ok = k_obj != nullptr && set_producer(S.produced, producers, *t, pos_obj, k_obj, tr, r) &&
+         set_producer(S.produced, producers, st, pos_obj, k_obj, sr, r);
     Py_XDECREF(pos_obj);
     Py_XDECREF(k_obj);
-    Py_XDECREF(tid);
-    Py_XDECREF(sid);
   }
   if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
   Py_XDECREF(tr);

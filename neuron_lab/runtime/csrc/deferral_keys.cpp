@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "records.h"   // set_producer
 
 namespace py = pybind11;
 
@@ -55,17 +56,10 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
     return nullptr;
   }
   Py_DECREF(st);
-  PyObject* wr = untracked(PyWeakref_NewRef(a, nullptr));
-  PyObject* items[4] = {Py_NewRef(PyTuple_GET_ITEM(p, 0)), Py_NewRef(PyTuple_GET_ITEM(p, 1)), wr,
-                        Py_NewRef(PyTuple_GET_ITEM(p, 3))};
-  PyObject* mine = wr ? untracked(named(S.produced, 4, items)) : nullptr;
-  if (wr == nullptr) {
-    for (int i : {0, 1, 3}) Py_DECREF(items[i]);
-  }
-  int bad = mine == nullptr || PyDict_SetItem(producers, id, mine) < 0;
-  Py_XDECREF(mine);
   Py_DECREF(id);
-  return bad ? nullptr : p;   // p stays alive: it is still the storage's entry
+  bool ok = set_producer(S.produced, producers, a, PyTuple_GET_ITEM(p, 0), PyTuple_GET_ITEM(p, 1),
+                         nullptr, PyTuple_GET_ITEM(p, 3));
+  return ok ? p : nullptr;   // p stays alive: it is still the storage's entry
 }
 
 PyObject* pack2(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }

@@ -17,6 +17,9 @@
 //       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
 //       host tensor (``_d``, else ``host(t)``: shell.host), or None if they alias otherwise.
 //
+// For the runtime's other C files (records.h): ``host_of`` (a tensor's cached host view) and
+// ``set_producer`` (the one place a producer entry is made).
+//
 // In a captured step these were ~5 us of Python per op (flatten, out_meta, structure_of, the
 // record, two producer entries); in a launch, ~30 us for W1's 64 ops (docs/performance.md).
 #include <ATen/ops/empty.h>
@@ -61,16 +64,28 @@ PyObject* int_tuple(c10::IntArrayRef v) {
   return t;
 }
 
-// producers[id(o)] = Produced(pos, 0, weakref(o), r); false with an exception set
-bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* r) {
-  PyObject* wr = untracked(PyWeakref_NewRef(o, nullptr));
+}  // namespace
+
+bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
+                  PyObject* k, PyObject* wr, PyObject* r) {
+  wr = wr != nullptr ? Py_NewRef(wr) : untracked(PyWeakref_NewRef(o, nullptr));
   if (wr == nullptr) return false;
-  PyObject* items[4] = {Py_NewRef(pos), PyLong_FromLong(0), wr, Py_NewRef(r)};
-  PyObject* entry = untracked(named(R.produced, 4, items));
+  PyObject* items[4] = {Py_NewRef(pos), Py_NewRef(k), wr, Py_NewRef(r)};
+  PyObject* entry = untracked(named(produced, 4, items));
   PyObject* id = entry ? PyLong_FromVoidPtr(o) : nullptr;
   bool ok = id != nullptr && PyDict_SetItem(producers, id, entry) == 0;
   Py_XDECREF(id);
   Py_XDECREF(entry);
+  return ok;
+}
+
+namespace {
+
+// producers[id(o)] = Produced(pos, 0, weakref(o), r); false with an exception set
+bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* r) {
+  PyObject* zero = PyLong_FromLong(0);
+  bool ok = zero != nullptr && set_producer(R.produced, producers, o, pos, zero, nullptr, r);
+  Py_XDECREF(zero);
   return ok;
 }
 

@@ -8,4 +8,11 @@ namespace neuron_lab {
 // ``host(t)``; a new reference, or nullptr with an exception set
 PyObject* host_of(PyObject* t, PyObject* host);
 
+// producers[id(o)] = produced(pos, k, wr, r): where a pending ``o`` (a tensor or its storage)
+// comes from (record.Produced). ``wr``: a weak reference to ``o`` (borrowed), or nullptr to
+// make one. False with an exception set. The deferral (its pending outputs), record_run and a
+// C++ shallow copy's entry (deferral_keys.cpp producer_of) all write through it.
+bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
+                  PyObject* k, PyObject* wr, PyObject* r);
+
 }  // namespace neuron_lab
