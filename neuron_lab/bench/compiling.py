@@ -17,6 +17,13 @@ Reported (adaptive peer only): ``slowdown`` = the time the steps that overlap a 
 what eager does); issue 10's target is <= 1.2x. ``worst_ms``: the slowest such step;
 ``compile_s``: the wall time from the first adaptive step until the compiles were done. The child
 writes one JSON line; the samples of every step are in the JSON report's ``extra``.
+
+Each metric has one sample per child, and ``RUNS`` (3; 1 with ``--quick``) children run one
+after another; the report gives their median, as for every other workload. One child is one
+cold compile on a machine that moves: the same code read 1.13-1.28x across single-child runs
+of one session: ~1.06-1.15x while the helper compiles (neuron eager's own steps read ~1.09x
+there: the compiler shares the machine), then ~300 steps at 1.7-1.9x while the first program
+loads in the user's process (inductor's ~1.8 s of imports hold the GIL; docs/performance.md).
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ import time
 
 from .harness import Metric, Ratio, Skip, Workload
 
-EAGER_STEPS, BUDGET_S = 30, 240.0
+EAGER_STEPS, BUDGET_S, RUNS = 30, 240.0, 3
 
 
 def _child(budget_s: float) -> dict:
@@ -83,13 +90,12 @@ def _child(budget_s: float) -> dict:
             "compiles_failed": st["compiles_failed"], "pending": st["compiles_pending"]}
 
 
-def run_w7(peer, cfg) -> dict:
-    if peer.name != "neuron_adaptive":
-        raise Skip("not applicable: measures the adaptive runtime's background compiles")
+def _one_child(budget: float) -> dict:
+    """One cold compile in a fresh process: its slowdown, worst step, compile wall time and the
+    per-step record (``extra``)."""
     with tempfile.TemporaryDirectory(prefix="neuron_lab_w7_") as tmp:
         env = dict(os.environ, NEURON_LAB_CACHE_DIR=tmp,
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
-        budget = 60.0 if cfg.quick else BUDGET_S
         code = f"import json, neuron_lab.bench.compiling as c; print(json.dumps(c._child({budget})))"
         p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                            timeout=budget + 180)
@@ -113,6 +119,15 @@ def run_w7(peer, cfg) -> dict:
                       "compiles_failed": r["compiles_failed"], "still_pending": r["pending"],
                       "adaptive_step_ms": [t * 1e3 for t in r["adaptive_s"]],
                       "overlap": r["overlap"]}}
+
+
+def run_w7(peer, cfg) -> dict:
+    if peer.name != "neuron_adaptive":
+        raise Skip("not applicable: measures the adaptive runtime's background compiles")
+    runs = [_one_child(60.0 if cfg.quick else BUDGET_S) for _ in range(1 if cfg.quick else RUNS)]
+    out: dict = {m: [r[m] for r in runs] for m in ("slowdown", "worst_ms", "compile_s")}
+    out["extra"] = {"runs": [r["extra"] for r in runs]}
+    return out
 
 
 W7 = Workload(
