@@ -116,8 +116,8 @@ class Engine:
         if node is not None and node.depth != len(self.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
             described = None
-        if not self.records:    # a segment starts here (never on the fast path): what is
-            self.headroom = 0.9 * memory.capacity() - memory.counted()   # left before 90%
+        if not self.records:    # a segment starts here
+            self._start_segment()
         if not policy.plain(f) and (
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
@@ -149,6 +149,11 @@ class Engine:
                 self.node = self.cache.root
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
         return self._capture(f, args, kwargs, targs, tkw, key)
+
+    def _start_segment(self) -> None:
+        """A segment starts: what is left before 90% of the capacity (``_admit_pending``'s
+        bound). deferral.cpp calls it where it starts a segment with a known region's op."""
+        self.headroom = 0.9 * memory.capacity() - memory.counted()
 
     def _run_now(self, f, args, kwargs):
         self.stats["launches_per_op"] += 1

@@ -24,9 +24,10 @@
 // part of a cycle, and tracked it made CPython run ~200 ms full collections in training loops.
 //
 // An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
-// here too (defer_many: Engine._defer's loop). Anything else (a segment's first op, a
-// divergence, a region's end, an op returning the caller's tensor (in place, out=), a node's
-// first deferral) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
+// here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
+// region starts with it (start_segment). Anything else (a divergence, a region's end, an op
+// returning the caller's tensor (in place, out=), a node's first deferral, a segment that
+// starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
@@ -51,7 +52,8 @@ State S;
 PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats,
     *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
     *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
-    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
+    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
+    *s_cache, *s_root, *s_start_segment;
 
 }  // namespace deferral
 
@@ -461,16 +463,60 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
   return out;
 }
 
-// Engine.launch's body with the lock held: the two cases that stay in C, a plain op (it can
-// always be queued: policy.plain) continuing a known region path (deferred) or met in the
-// middle of a segment no known region continues (captured); every other case goes to the
-// Python engine (Engine._adaptive), which also starts each segment.
+// Engine._adaptive's segment start for a plain op: the segment's headroom
+// (Engine._start_segment), then the op deferred here if it is the first op of a known region
+// (the root's child for its key, with a plan). Anything else — a host argument, no region
+// starting with it (capture), the node's first deferral — goes to the Python engine, with the
+// key built here. The op's result, or nullptr with an exception set.
+PyObject* start_segment(PyObject* f, PyObject* args, PyObject* kwargs, bool floats,
+                        PyObject* records, PyObject* producers) {
+  PyObject* r = PyObject_CallMethodNoArgs(S.engine, s_start_segment);
+  if (r == nullptr) return nullptr;
+  Py_DECREF(r);
+  PyObject* described = describe(f, args, kwargs, 0, producers, floats);
+  if (described == nullptr) {   // a host argument: the Python engine runs it now
+    if (!PyErr_ExceptionMatches(S.not_queueable)) return nullptr;
+    PyErr_Clear();
+    ++S.slow;
+    return PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
+  }
+  PyObject* result = nullptr;
+  PyObject* cache = engine_get(s_cache);
+  PyObject* root = cache ? PyObject_GetAttr(cache, s_root) : nullptr;
+  PyObject* children = root ? slot_get(root, node_children) : nullptr;
+  PyObject* nxt = children ? PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0))
+                           : nullptr;   // borrowed
+  Py_XINCREF(nxt);
+  Py_XDECREF(cache);
+  Py_XDECREF(root);
+  Py_XDECREF(children);
+  if (nxt != nullptr) {
+    PyObject* fast = slot_get(nxt, node_fast);
+    if (fast != nullptr)
+      result = defer_to(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2), nxt,
+                        fast, records, producers, 0);
+    Py_XDECREF(fast);
+    Py_DECREF(nxt);
+    if (result != nullptr) ++S.fast;
+  }
+  if (result == nullptr && !PyErr_Occurred()) {   // capture, or Engine._defer's case
+    ++S.slow;
+    result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
+  }
+  Py_DECREF(described);
+  return result;
+}
+
+// Engine.launch's body with the lock held: the cases that stay in C, a plain op (it can always
+// be queued: policy.plain) continuing a known region path (deferred), starting a segment with
+// a known region's first op (start_segment) or met in the middle of a segment no known region
+// continues (captured); every other case goes to the Python engine (Engine._adaptive).
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* node = engine_get(s_node);
   if (node == nullptr) return nullptr;
   PyObject* result = nullptr;
   PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
-  bool capturing = false, deferring = false;
+  bool capturing = false, deferring = false, starting = false;
   Py_ssize_t pos = 0;
   PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
   if (plain == nullptr && PyErr_Occurred()) goto done;
@@ -481,6 +527,7 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       pos = PyList_GET_SIZE(records);
       if (node == Py_None) {
         capturing = pos > 0;
+        starting = pos == 0;
       } else {
         PyObject* depth = slot_get(node, node_depth);
         if (depth == nullptr) goto done;
@@ -491,13 +538,17 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       }
     }
   }
-  if (capturing || deferring) {
+  if (capturing || deferring || starting) {
     PyObject* floats = slot_get(f, facts_floats);
     if (floats == nullptr) goto done;
     int fl = PyObject_IsTrue(floats);
     Py_DECREF(floats);
     producers = engine_get(s_producers);
     if (producers == nullptr) goto done;
+    if (starting) {
+      result = start_segment(f, args, kwargs, fl == 1, records, producers);
+      goto done;
+    }
     if (deferring) {   // the hot path: a known region's next op, compared with its key in place
       if (defer_along(f, args, kwargs, node, fl == 1, records, producers, pos, &result) != 0)
         goto done;
@@ -678,6 +729,9 @@ void init_deferral(py::module_& m) {
   s_ops_per_op = intern("ops_per_op");
   s_queue_limit = intern("queue_limit");
   s_queue_limit_reason = intern("queue-limit");
+  s_cache = intern("cache");
+  s_root = intern("root");
+  s_start_segment = intern("_start_segment");
   S.adaptive = intern("adaptive");
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");

@@ -64,7 +64,8 @@ extern State S;
 extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure,
     *s_floats, *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
     *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
-    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason;
+    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
+    *s_cache, *s_root, *s_start_segment;
 
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
 // nullptr with an exception set (record.NotQueueable: a call that cannot be queued).
