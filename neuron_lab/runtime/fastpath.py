@@ -47,6 +47,8 @@ def seam_runtime(engine: adaptive.Engine):
         return engine
     ext.configure({
         "engine": engine, "lock": engine.lock, "plain": policy.PLAIN,
+        "plain_when": policy.PLAIN_WHEN, "no_dropout": policy.NO_DROPOUT,
+        "same_device": policy.SAME_DEVICE,
         "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
         "memory_format_type": torch.memory_format, "device_type": torch.device,
         "size_type": torch.Size,

@@ -64,6 +64,8 @@ def queueable(f) -> bool:
 
 
 PLAIN: dict = {}     # {OpFacts: plain(f)}; the C hot path reads it too (fastpath.configure)
+PLAIN_WHEN: dict = {}    # {OpFacts: plain_when(f)} for the ops that are not plain (C reads it)
+NO_DROPOUT, SAME_DEVICE = 1, 2
 
 
 def plain(f) -> bool:
@@ -71,9 +73,27 @@ def plain(f) -> bool:
     same-device cast or boolean indexing to look at per call.) Cached per op."""
     p = PLAIN.get(f)
     if p is None:
-        p = PLAIN[f] = (not f.random and not f.data_dependent and queueable(f)
-                        and f.base not in ("index", "_to_copy"))
+        p = (not f.random and not f.data_dependent and queueable(f)
+             and f.base not in ("index", "_to_copy"))
+        PLAIN_WHEN[f] = None if p else _plain_when(f)
+        PLAIN[f] = p
     return p
+
+
+def _plain_when(f):
+    """For an op that is not plain, the one per-call test under which ``Engine._adaptive``
+    queues a call like a plain op's, for the C hot path (deferral.cpp ``plain_call``) to make
+    the same decision: ``(NO_DROPOUT, i, name)``: the op's only randomness is dropout and this
+    call's ``dropout_p`` (argument ``i`` or keyword ``name``) is 0 (``draws_random``; every
+    attention call without dropout); ``(SAME_DEVICE,)``: a ``_to_copy`` that stays on neuron
+    (``same_device_cast``: a dtype cast). None: the Python engine decides every call."""
+    if f.data_dependent or f.base == "index":
+        return None
+    if f.random and f.dropout_at is not None and queueable(f):
+        return (NO_DROPOUT, *f.dropout_at)
+    if f.base == "_to_copy" and not f.random:
+        return (SAME_DEVICE,)
+    return None
 
 
 def same_device_cast(f, args, kwargs) -> bool:

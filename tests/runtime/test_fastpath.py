@@ -190,6 +190,52 @@ def test_a_training_loop_defers_in_c_and_equals_cpu(compile_off):   # per-op rep
 
 
 
+def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off):
+    """An op that is not plain for every call is for some: attention with dropout_p 0 (SDPA's
+    forward, twice a Llama step) and a dtype cast that stays on neuron (a bf16 model's casts).
+    deferral.cpp plain_call decides them as Engine._adaptive does: deferred in C, pending,
+    bitwise CPU's values; a dropout_p above 0 (random numbers) and a copy to the CPU stay
+    boundaries the Python engine runs now."""
+    from neuron_lab.device import shell
+    from neuron_lab.runtime import policy
+    F = torch.nn.functional
+
+    def body(q, k, v):
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
+        h = (a * 2.0).to(torch.bfloat16)            # _to_copy, staying on the device
+        return h.float() + 1.0, a.sum()
+
+    g = torch.Generator().manual_seed(0)
+    q_cpu, k_cpu, v_cpu = (torch.randn(2, 2, 8, 16, generator=g) for _ in range(3))
+    want = body(q_cpu, k_cpu, v_cpu)
+    q, k, v = q_cpu.to("neuron"), k_cpu.to("neuron"), v_cpu.to("neuron")
+    with rt.mode("adaptive"):
+        for _ in range(4):                       # the region is known from the second run
+            rt.sync()
+            fast, slow = fastpath.counts()
+            got = body(q, k, v)
+        fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
+        assert all(shell.is_pending(t) for t in got)
+        # sdpa, mul, _to_copy, _to_copy, add, sum: every one in C
+        assert (fast, slow) == (6, 0), (fast, slow)
+        whens = {f.base: w for f, w in policy.PLAIN_WHEN.items() if w is not None}
+        assert whens["_to_copy"] == (policy.SAME_DEVICE,)
+        assert any(w[0] == policy.NO_DROPOUT for w in whens.values())
+        rt.sync()
+        for g_, w in zip(got, want):
+            assert torch.equal(g_.cpu(), w)
+
+        rt.sync()
+        fast, slow = fastpath.counts()
+        x = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)   # draws random numbers
+        c = (q * 2.0).cpu()                                          # leaves the device
+        fast2, slow2 = fastpath.counts()
+        assert not shell.is_pending(x) and c.device.type == "cpu"
+        assert slow2 - slow >= 2          # both went to the Python engine
+        assert torch.equal(c, q_cpu * 2.0)
+    assert x.shape == q.shape
+
+
 def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
     """Ops whose outputs are all new (a tuple, a list of views, a foreach list) or that return
     nothing (in place, foreach) are deferred in C (deferral.cpp defer_many), as Engine._defer

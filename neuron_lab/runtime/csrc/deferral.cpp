@@ -31,6 +31,7 @@
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
+#include <torch/csrc/Device.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -463,6 +464,47 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
   return out;
 }
 
+// Is this call of an op that is not plain queued like a plain op's? Engine._adaptive's per-call
+// tests for the two kinds policy.PLAIN_WHEN names: (NO_DROPOUT, i, name): the call's dropout_p
+// (argument i, keyword name, else 0.0) is 0 (draws_random); (SAME_DEVICE,): a _to_copy of a
+// tensor not on the CPU whose device keyword is absent, None or a neuron torch.device
+// (same_device_cast; any other device value: the Python engine decides). 1 or 0; -1 with an
+// exception set.
+int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
+  PyObject* when = PyDict_GetItemWithError(S.plain_when, f);   // borrowed
+  if (when == nullptr) return PyErr_Occurred() ? -1 : 0;
+  if (!PyTuple_Check(when) || PyTuple_GET_SIZE(when) < 1) return 0;
+  long kind = PyLong_AsLong(PyTuple_GET_ITEM(when, 0));
+  if (kind == -1 && PyErr_Occurred()) return -1;
+  bool has_kw = kwargs != nullptr && PyDict_Check(kwargs);
+  if (kind == S.no_dropout && PyTuple_GET_SIZE(when) == 3) {
+    Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(when, 1));
+    if (i == -1 && PyErr_Occurred()) return -1;
+    PyObject* p = i < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, i)
+                  : has_kw ? PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(when, 2))
+                           : nullptr;
+    if (p == nullptr) return PyErr_Occurred() ? -1 : 1;   // the default, 0.0
+    PyObject* zero = PyFloat_FromDouble(0.0);
+    int eq = zero ? PyObject_RichCompareBool(p, zero, Py_EQ) : -1;
+    Py_XDECREF(zero);
+    return eq;
+  }
+  if (kind == S.same_device) {
+    if (PyTuple_GET_SIZE(args) < 1 || !THPVariable_Check(PyTuple_GET_ITEM(args, 0))) return 0;
+    if (THPVariable_Unpack(PyTuple_GET_ITEM(args, 0)).is_cpu()) return 0;
+    PyObject* dev = nullptr;
+    if (has_kw) {
+      static PyObject* s_device = intern("device");
+      dev = PyDict_GetItemWithError(kwargs, s_device);
+      if (dev == nullptr && PyErr_Occurred()) return -1;
+    }
+    if (dev == nullptr || dev == Py_None) return 1;
+    if (!THPDevice_Check(dev)) return 0;
+    return reinterpret_cast<THPDevice*>(dev)->device.type() == c10::DeviceType::PrivateUse1;
+  }
+  return 0;
+}
+
 // Engine._adaptive's segment start for a plain op: the segment's headroom
 // (Engine._start_segment), then the op deferred here if it is the first op of a known region
 // (the root's child for its key, with a plan). Anything else — a host argument, no region
@@ -520,6 +562,11 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   Py_ssize_t pos = 0;
   PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
   if (plain == nullptr && PyErr_Occurred()) goto done;
+  if (plain == Py_False) {   // plain for some calls: a dropout_p of 0, a same-device cast
+    int p = plain_call(f, args, kwargs);
+    if (p < 0) goto done;
+    plain = p ? Py_True : Py_False;
+  }
   if (plain == Py_True) {
     records = engine_get(s_records);
     if (records == nullptr) goto done;
@@ -649,6 +696,9 @@ void configure(py::dict o) {
   hold(S.acquire, o["lock"].attr("acquire"));
   hold(S.release, o["lock"].attr("release"));
   hold(S.plain, o["plain"]);
+  hold(S.plain_when, o["plain_when"]);
+  S.no_dropout = o["no_dropout"].cast<long>();
+  S.same_device = o["same_device"].cast<long>();
   hold(S.host_only, o["host_only"]);
   hold(S.dtype_type, o["dtype_type"]);
   hold(S.memory_format_type, o["memory_format_type"]);
@@ -692,7 +742,8 @@ void configure(py::dict o) {
     throw py::type_error("neuron_lab: not_user_prefixes and not_user_files must be tuples");
   if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
     throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
-  if (!PyDict_Check(S.plain)) throw py::type_error("neuron_lab: plain must be a dict");
+  if (!PyDict_Check(S.plain) || !PyDict_Check(S.plain_when))
+    throw py::type_error("neuron_lab: plain and plain_when must be dicts");
 }
 
 

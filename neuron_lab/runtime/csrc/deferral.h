@@ -21,6 +21,8 @@ struct State {
                                      // same object for the engine's life)
   PyObject* release = nullptr;
   PyObject* plain = nullptr;         // policy.PLAIN: {OpFacts: bool}
+  PyObject* plain_when = nullptr;    // policy.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
+  long no_dropout = -1, same_device = -1;   // its kinds (policy.NO_DROPOUT, SAME_DEVICE)
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
   PyTypeObject* dtype_type = nullptr;          // torch.dtype, torch.memory_format, ...
   PyTypeObject* memory_format_type = nullptr;
