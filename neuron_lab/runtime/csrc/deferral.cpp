@@ -25,8 +25,10 @@
 //
 // An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
 // here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
-// region starts with it (start_segment). Anything else (a divergence, a region's end, an op
-// returning the caller's tensor (in place, out=), a node's first deferral, a segment that
+// region starts with it (start_segment). An op that is plain for some calls only (attention
+// with dropout_p 0, a cast staying on neuron: policy.PLAIN_WHEN) takes the same paths when
+// this call is one (plain_call). Anything else (a boundary, a divergence, a region's end, an
+// op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
 // starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
@@ -550,9 +552,10 @@ PyObject* start_segment(PyObject* f, PyObject* args, PyObject* kwargs, bool floa
 }
 
 // Engine.launch's body with the lock held: the cases that stay in C, a plain op (it can always
-// be queued: policy.plain) continuing a known region path (deferred), starting a segment with
-// a known region's first op (start_segment) or met in the middle of a segment no known region
-// continues (captured); every other case goes to the Python engine (Engine._adaptive).
+// be queued: policy.plain) or a call plain by its arguments (plain_call) continuing a known
+// region path (deferred), starting a segment with a known region's first op (start_segment) or
+// met in the middle of a segment no known region continues (captured); every other case goes
+// to the Python engine (Engine._adaptive).
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* node = engine_get(s_node);
   if (node == nullptr) return nullptr;
