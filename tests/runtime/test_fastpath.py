@@ -261,7 +261,7 @@ def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
         assert all(shell.is_pending(t) for t in got)
         fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
         # 13 ops (mul, max, add, split, mul, var_mean, abs, abs, _foreach_sqrt, _foreach_mul_,
-        # add, sub, mul): all in C, the region's first (it starts the segment: start_segment)
+        # add, sub, mul): all in C, the region's first (it starts the segment from the root)
         # and the five with several outputs too
         assert (fast, slow) == (13, 0)
         rt.sync()

@@ -25,7 +25,7 @@
 //
 // An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
 // here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
-// region starts with it (start_segment). An op that is plain for some calls only (attention
+// region starts with it (launch_locked continues from the trie's root). An op that is plain for some calls only (attention
 // with dropout_p 0, a cast staying on neuron: policy.PLAIN_WHEN) takes the same paths when
 // this call is one (plain_call). Anything else (a boundary, a divergence, a region's end, an
 // op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
@@ -56,7 +56,7 @@ PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pre
     *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
     *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
     *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
-    *s_cache, *s_root, *s_start_segment;
+    *s_cache, *s_root, *s_start_segment, *s_device;
 
 }  // namespace deferral
 
@@ -486,17 +486,13 @@ int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
                   : has_kw ? PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(when, 2))
                            : nullptr;
     if (p == nullptr) return PyErr_Occurred() ? -1 : 1;   // the default, 0.0
-    PyObject* zero = PyFloat_FromDouble(0.0);
-    int eq = zero ? PyObject_RichCompareBool(p, zero, Py_EQ) : -1;
-    Py_XDECREF(zero);
-    return eq;
+    return PyObject_RichCompareBool(p, S.zero, Py_EQ);
   }
   if (kind == S.same_device) {
     if (PyTuple_GET_SIZE(args) < 1 || !THPVariable_Check(PyTuple_GET_ITEM(args, 0))) return 0;
     if (THPVariable_Unpack(PyTuple_GET_ITEM(args, 0)).is_cpu()) return 0;
     PyObject* dev = nullptr;
     if (has_kw) {
-      static PyObject* s_device = intern("device");
       dev = PyDict_GetItemWithError(kwargs, s_device);
       if (dev == nullptr && PyErr_Occurred()) return -1;
     }
@@ -507,60 +503,18 @@ int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-// Engine._adaptive's segment start for a plain op: the segment's headroom
-// (Engine._start_segment), then the op deferred here if it is the first op of a known region
-// (the root's child for its key, with a plan). Anything else — a host argument, no region
-// starting with it (capture), the node's first deferral — goes to the Python engine, with the
-// key built here. The op's result, or nullptr with an exception set.
-PyObject* start_segment(PyObject* f, PyObject* args, PyObject* kwargs, bool floats,
-                        PyObject* records, PyObject* producers) {
-  PyObject* r = PyObject_CallMethodNoArgs(S.engine, s_start_segment);
-  if (r == nullptr) return nullptr;
-  Py_DECREF(r);
-  PyObject* described = describe(f, args, kwargs, 0, producers, floats);
-  if (described == nullptr) {   // a host argument: the Python engine runs it now
-    if (!PyErr_ExceptionMatches(S.not_queueable)) return nullptr;
-    PyErr_Clear();
-    ++S.slow;
-    return PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
-  }
-  PyObject* result = nullptr;
-  PyObject* cache = engine_get(s_cache);
-  PyObject* root = cache ? PyObject_GetAttr(cache, s_root) : nullptr;
-  PyObject* children = root ? slot_get(root, node_children) : nullptr;
-  PyObject* nxt = children ? PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0))
-                           : nullptr;   // borrowed
-  Py_XINCREF(nxt);
-  Py_XDECREF(cache);
-  Py_XDECREF(root);
-  Py_XDECREF(children);
-  if (nxt != nullptr) {
-    PyObject* fast = slot_get(nxt, node_fast);
-    if (fast != nullptr)
-      result = defer_to(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2), nxt,
-                        fast, records, producers, 0);
-    Py_XDECREF(fast);
-    Py_DECREF(nxt);
-    if (result != nullptr) ++S.fast;
-  }
-  if (result == nullptr && !PyErr_Occurred()) {   // capture, or Engine._defer's case
-    ++S.slow;
-    result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, described, nullptr);
-  }
-  Py_DECREF(described);
-  return result;
-}
-
 // Engine.launch's body with the lock held: the cases that stay in C, a plain op (it can always
 // be queued: policy.plain) or a call plain by its arguments (plain_call) continuing a known
-// region path (deferred), starting a segment with a known region's first op (start_segment) or
-// met in the middle of a segment no known region continues (captured); every other case goes
-// to the Python engine (Engine._adaptive).
+// region path (deferred; at a segment's start the path is the root's, after
+// Engine._start_segment) or met in the middle of a segment no known region continues
+// (captured); every other case goes to the Python engine (Engine._adaptive), with the key when
+// it was built here.
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* node = engine_get(s_node);
   if (node == nullptr) return nullptr;
   PyObject* result = nullptr;
   PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
+  PyObject* from = nullptr;   // the trie node the call continues: the engine's, or the root
   bool capturing = false, deferring = false, starting = false;
   Py_ssize_t pos = 0;
   PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
@@ -595,11 +549,16 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
     Py_DECREF(floats);
     producers = engine_get(s_producers);
     if (producers == nullptr) goto done;
-    if (starting) {
-      result = start_segment(f, args, kwargs, fl == 1, records, producers);
-      goto done;
-    }
-    if (deferring) {   // the hot path: a known region's next op, compared with its key in place
+    if (starting) {   // Engine._adaptive's segment start: the headroom, then the root's path
+      PyObject* r = PyObject_CallMethodNoArgs(S.engine, s_start_segment);
+      if (r == nullptr) goto done;
+      Py_DECREF(r);
+      PyObject* cache = engine_get(s_cache);
+      from = cache ? PyObject_GetAttr(cache, s_root) : nullptr;
+      Py_XDECREF(cache);
+      if (from == nullptr) goto done;
+    } else if (deferring) {   // the hot path: a known region's next op, compared in place
+      from = Py_NewRef(node);
       if (defer_along(f, args, kwargs, node, fl == 1, records, producers, pos, &result) != 0)
         goto done;
     }
@@ -611,8 +570,8 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       result = capture(f, args, kwargs, described, records, producers, pos);
       if (result != nullptr) ++S.captured;
       goto done;
-    } else {   // the hot path: deferring along a known region, one op at a time
-      PyObject* children = slot_get(node, node_children);
+    } else {   // deferring along a known region (or starting one), one op at a time
+      PyObject* children = slot_get(from, node_children);
       if (children == nullptr) goto done;
       PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
       Py_XINCREF(nxt);
@@ -637,6 +596,7 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   result = PyObject_CallFunctionObjArgs(S.py_adaptive, f, args, kwargs, nullptr);
 done:
   Py_DECREF(node);
+  Py_XDECREF(from);
   Py_XDECREF(records);
   Py_XDECREF(producers);
   Py_XDECREF(described);
@@ -786,6 +746,8 @@ void init_deferral(py::module_& m) {
   s_cache = intern("cache");
   s_root = intern("root");
   s_start_segment = intern("_start_segment");
+  s_device = intern("device");
+  S.zero = PyFloat_FromDouble(0.0);   // held for good, as the interned names
   S.adaptive = intern("adaptive");
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");

@@ -23,6 +23,7 @@ struct State {
   PyObject* plain = nullptr;         // policy.PLAIN: {OpFacts: bool}
   PyObject* plain_when = nullptr;    // policy.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
   long no_dropout = -1, same_device = -1;   // its kinds (policy.NO_DROPOUT, SAME_DEVICE)
+  PyObject* zero = nullptr;          // 0.0 (a dropout_p that draws nothing)
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
   PyTypeObject* dtype_type = nullptr;          // torch.dtype, torch.memory_format, ...
   PyTypeObject* memory_format_type = nullptr;
@@ -67,7 +68,7 @@ extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom,
     *s_floats, *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
     *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
     *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
-    *s_cache, *s_root, *s_start_segment;
+    *s_cache, *s_root, *s_start_segment, *s_device;
 
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
 // nullptr with an exception set (record.NotQueueable: a call that cannot be queued).
