@@ -7,7 +7,8 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update), ops that cannot be queued (RNG, host fallbacks,
-  CPU tensor arguments), the queue limit (1024), and the **repeated-suffix rule**
+  CPU tensor arguments other than 0-dim ones: ``host_scalars`` copies those to the device at
+  the call), the queue limit (1024), and the **repeated-suffix rule**
   (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
   is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
   so a loop body has the same keys in every iteration; a training loop without syncs and a
@@ -35,7 +36,7 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import blame, knobs, native, pending, policy, replay
+from . import blame, host_scalars, knobs, native, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .period import PeriodRule
@@ -130,6 +131,9 @@ class Engine:
             try:
                 described = self.describe(f, args, kwargs, pos, self.producers)
             except NotQueueable:
+                on_device = host_scalars.copied(f, args, kwargs)
+                if on_device is not None:          # CPU scalars: their values now, on neuron
+                    return self._adaptive(f, *on_device)
                 if self.records:
                     self.flush("host-arg")
                 return self._run_now(f, args, kwargs)

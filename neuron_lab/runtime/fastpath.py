@@ -24,7 +24,7 @@ import torch
 from ..device import config, kernels, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import OpFacts
-from . import adaptive, cache, knobs, policy, record
+from . import adaptive, cache, host_scalars, knobs, policy, record
 from .native import extension
 
 
@@ -60,7 +60,8 @@ def seam_runtime(engine: adaptive.Engine):
         "mode": knobs.MODE, "unset": config._UNSET,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
-        "run_now": kernels.run_now, "user_frame_token": tracking.user_frame_token,
+        "run_now": kernels.run_now, "host_copied": host_scalars.copied,
+        "user_frame_token": tracking.user_frame_token,
         "record_run": record.record_run, "not_user_prefixes": tracking.NOT_USER_PREFIXES,
         "not_user_files": tracking.NOT_USER_FILES,
         "tensor": torch.Tensor,

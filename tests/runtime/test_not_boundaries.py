@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import neuron_lab
 from neuron_lab import runtime
+from neuron_lab.runtime import knobs
 
 
 def _rope_like(pos, inv):
@@ -38,3 +39,65 @@ def test_attention_without_dropout_is_not_an_rng_fallback(compile_off):
     F.scaled_dot_product_attention(dq, dq, dq, dropout_p=0.5)   # dropout draws: a fallback
     neuron_lab.sync()
     assert [f for f in neuron_lab.fallback_ops() if "random" in f["reason"]]
+
+
+def _scaled(x, s, n=1):
+    for _ in range(n):
+        x = (x * s).tanh() + s
+    return x
+
+
+def test_cpu_scalar_operand_is_queued_with_its_value_at_the_call(compile_off):
+    """``x * torch.tensor(1.5)`` with ``x`` on neuron: the CPU scalar no longer ends the segment
+    (it did: "host-arg", every op per-op), and each call reads the value it had at the call,
+    though the op runs at the sync and the user changes the tensor before it."""
+    x = torch.randn(4, 8)
+    s = torch.tensor(1.5)
+    want = []
+    for _ in range(4):
+        want.append(_scaled(x, s))
+        s += 0.25
+    s = torch.tensor(1.5)
+    dx = x.to("neuron")
+    got = []
+    for _ in range(4):
+        got.append(_scaled(dx, s))      # pending until the sync
+        s += 0.25
+        neuron_lab.sync()
+    stats = runtime.stats()
+    assert "host-arg" not in stats["flushes"] and stats["hits"] >= 1
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
+
+
+def test_cpu_scalar_operand_keeps_type_promotion_and_autograd(compile_off):
+    """A 0-dim tensor promotes differently from a Python number (a half tensor times a float32
+    0-dim tensor stays half; an int tensor times it is float32); the gradient of a CPU scalar
+    that requires it lands on the CPU, as it does on CPU alone."""
+    def step(x, i, s):
+        y = (x * s).sum() + (i * s).sum() + torch.clamp(x.float(), min=s).sum()
+        y.backward()
+        return y, (x * s).dtype, (i * s).dtype
+    x, i = torch.randn(3, 5).half(), torch.arange(6, dtype=torch.int32)
+    s = torch.tensor(0.5, requires_grad=True)
+    want = step(x, i, s)
+    want_grad = s.grad.clone()
+    for _ in range(3):
+        s.grad = None
+        got = step(x.to("neuron"), i.to("neuron"), s)
+    assert "host-arg" not in runtime.stats()["flushes"]
+    assert got[1:] == want[1:] == (torch.float16, torch.float32)
+    assert torch.equal(got[0].cpu(), want[0])
+    assert s.grad.device.type == "cpu" and torch.equal(s.grad, want_grad)
+
+
+def test_cpu_scalar_operand_in_a_fused_region():
+    x, s = torch.randn(64, 32), torch.tensor(0.75)
+    want = _scaled(x, s, 8)
+    dx = x.to("neuron")
+    with knobs.TRIALS.scoped(1):
+        for _ in range(6):
+            got = _scaled(dx, s, 8)
+            neuron_lab.sync()
+    assert runtime.stats()["launches_fused"] >= 1
+    assert torch.allclose(got.cpu(), want, rtol=1e-5, atol=1e-6)

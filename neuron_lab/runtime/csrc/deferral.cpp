@@ -563,9 +563,16 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
         goto done;
     }
     described = describe(f, args, kwargs, pos, producers, fl == 1);
-    if (described == nullptr) {   // a host argument: the Python engine ends the segment
+    if (described == nullptr) {   // a host argument: the Python engine ends the segment,
       if (!PyErr_ExceptionMatches(S.not_queueable)) goto done;
-      PyErr_Clear();
+      PyErr_Clear();            // unless they are CPU scalars: this call with device copies
+      PyObject* copied = PyObject_CallFunctionObjArgs(S.host_copied, f, args, kwargs, nullptr);
+      if (copied == nullptr) goto done;
+      if (copied != Py_None)
+        result = launch_locked(f, PyTuple_GET_ITEM(copied, 0), PyTuple_GET_ITEM(copied, 1));
+      bool again = copied != Py_None;
+      Py_DECREF(copied);
+      if (again) goto done;
     } else if (capturing) {
       result = capture(f, args, kwargs, described, records, producers, pos);
       if (result != nullptr) ++S.captured;
@@ -697,6 +704,7 @@ void configure(py::dict o) {
   hold(S.flush, o["engine"].attr("flush"));
   hold(S.period, o["engine"].attr("_period"));
   hold(S.run_now, o["run_now"]);
+  hold(S.host_copied, o["host_copied"]);
   hold(S.user_line, o["user_frame_token"]);
   hold(S.record_run, o["record_run"]);
   hold(S.not_user_prefixes, o["not_user_prefixes"]);
