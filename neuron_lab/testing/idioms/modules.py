@@ -67,6 +67,36 @@ def tied_weights(dev):
     return {"losses": losses, "tied": m[0].weight is m[1].weight, "w": m[0].weight.detach()}
 
 
+class _CpuScaled(nn.Module):
+    """A scale kept as a plain tensor attribute, not a buffer: ``.to(dev)`` leaves it on the
+    CPU, and PyTorch takes a 0-dim CPU tensor as a scalar operand of device ops."""
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.out = nn.Linear(8, 16), nn.Linear(16, 4)
+        self.scale = torch.tensor(16 ** -0.5)
+        self.temperature = torch.tensor(1.0)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.lin(x)) * self.scale) / self.temperature
+
+
+@idiom("a 0-dim CPU tensor attribute (not a buffer) scales device activations; changed each step")
+def cpu_scalar_attribute(dev):
+    x, y = make_data()
+    torch.manual_seed(0)
+    model = _CpuScaled().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for i in range(0, 32, 8):
+        loss = F.cross_entropy(model(x[i:i + 8].to(dev)), y[i:i + 8].to(dev))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.temperature += 0.5          # read by the next step's ops at their call
+        losses.append(loss.detach())
+    return {"losses": losses, "params": params_of(model), "on_cpu": model.scale.device.type}
+
+
 @idiom("parametrizations: weight_norm and orthogonal, trained")
 def parametrizations(dev):
     x, y = make_data()
