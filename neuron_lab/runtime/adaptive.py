@@ -135,7 +135,7 @@ class Engine:
                 if on_device is not None:          # CPU scalars: their values now, on neuron
                     return self._adaptive(f, *on_device)
                 if self.records:
-                    self.flush("host-arg")
+                    self.flush(policy.host_arg_reason(f))
                 return self._run_now(f, args, kwargs)
         key, targs, tkw = described
         if self.node is not None:                       # deferring along a trie path

@@ -44,7 +44,7 @@ from . import compiler, fused, knobs, replay, verify, worker
 from .status import Status
 
 # Ops that never enter a region: they touch the host or other devices.
-_UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "set_",
+_UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "set_",
                           "resize_", "_local_scalar_dense", "record_stream", "_pin_memory",
                           "is_pinned", "equal", "allclose", "_assert_async"})
 _SAMPLES = 8
@@ -110,6 +110,12 @@ def same_device_cast(f, args, kwargs) -> bool:
 _REASONS = {"_local_scalar_dense": "item", "_to_copy": "cpu", "_copy_from": "cpu",
             "_copy_from_and_resize": "cpu", "copy_": "transfer", "equal": "item",
             "allclose": "item"}
+
+
+def host_arg_reason(f) -> str:
+    """Why a queueable op whose call has a host argument ends the segment: "transfer" for a
+    ``copy_`` to or from the host (one between neuron tensors is queued), else "host-arg"."""
+    return _REASONS.get(f.base, "host-arg")
 
 
 def boundary_reason(f) -> str:

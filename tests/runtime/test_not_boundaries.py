@@ -101,3 +101,47 @@ def test_cpu_scalar_operand_in_a_fused_region():
             neuron_lab.sync()
     assert runtime.stats()["launches_fused"] >= 1
     assert torch.allclose(got.cpu(), want, rtol=1e-5, atol=1e-6)
+
+
+def _shift_and_write(ids, y):
+    """Transformers' ``shift_tokens_right`` (a slice assignment: ``copy_`` into a view), a
+    write into part of a tensor made in the segment, and a cast into a buffer of another dtype."""
+    s = ids.new_zeros(ids.shape)
+    s[:, 1:] = ids[:, :-1].clone()
+    s[:, 0] = 7
+    z = y * 2
+    z[1:].copy_(y[:-1])
+    buf = torch.empty(y.shape, dtype=torch.float16, device=y.device)
+    buf.copy_(z + s.float().sum())
+    return s, z, buf
+
+
+def test_copy_between_device_tensors_is_queued(compile_off):
+    """``copy_`` between neuron tensors is an in-place op like any other (it was a "transfer"
+    boundary: a slice assignment cut the segment); one from the host still ends it."""
+    ids, y = torch.arange(12).reshape(3, 4), torch.randn(5, 4)
+    want = _shift_and_write(ids, y)
+    for _ in range(3):
+        got = _shift_and_write(ids.to("neuron"), y.to("neuron"))
+        neuron_lab.sync()
+    stats = runtime.stats()
+    assert "transfer" not in stats["flushes"] and stats["hits"] >= 1
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g.cpu(), w)
+    dst = torch.zeros(4, device="neuron")
+    dst.add_(1).copy_(torch.arange(4.0))                  # from the host: a transfer, now
+    assert runtime.stats()["flushes"].get("transfer") == 1
+    assert torch.equal(dst.cpu(), torch.arange(4.0))
+
+
+def test_copy_between_device_tensors_in_a_fused_region():
+    ids, y = torch.arange(12).reshape(3, 4), torch.randn(5, 4)
+    want = _shift_and_write(ids, y)
+    with knobs.TRIALS.scoped(1):
+        for _ in range(6):
+            got = _shift_and_write(ids.to("neuron"), y.to("neuron"))
+            neuron_lab.sync()
+    stats = runtime.stats()
+    assert stats["launches_fused"] >= 1 and "transfer" not in stats["flushes"]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.allclose(g.cpu(), w, rtol=1e-3, atol=1e-3)
