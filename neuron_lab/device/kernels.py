@@ -115,6 +115,9 @@ def bad_index(dev) -> RuntimeError:
         f"use device='neuron' or 'neuron:0'")
 
 
+RANDOM_ON_HOST = "random number generation runs on the host generator"   # a fallback's reason
+
+
 def _policy(f: OpFacts, dts, rnd: bool) -> None:
     """Trainium rules: host-only dtypes and RNG ops are fallbacks (recorded, maybe raise/warn)."""
     for dt in dts:
@@ -133,7 +136,7 @@ def _policy(f: OpFacts, dts, rnd: bool) -> None:
                                                f"at {loc}; {dtypes.fix_for(dt)}")
             return
     if rnd:
-        tracking.record_fallback(f.name, "random number generation runs on the host generator")
+        tracking.record_fallback(f.name, RANDOM_ON_HOST)
 
 
 def _out_dtype(kwargs) -> list:

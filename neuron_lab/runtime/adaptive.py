@@ -6,7 +6,8 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
-  regions, forward+backward and the update), ops that cannot be queued (RNG, host fallbacks,
+  regions, forward+backward and the update), ops that cannot be queued (RNG other than
+  dropout's, which ``dropout`` draws at the call, host fallbacks,
   CPU tensor arguments other than 0-dim ones: ``host_scalars`` copies those to the device at
   the call), the queue limit (1024), and the **repeated-suffix rule**
   (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
@@ -36,7 +37,7 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import blame, host_scalars, knobs, native, pending, policy, replay
+from . import blame, dropout, host_scalars, knobs, native, pending, policy, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .period import PeriodRule
@@ -123,6 +124,10 @@ class Engine:
                 (f.random and draws_random(f, args, kwargs)) or f.data_dependent
                 or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
                 or (f.base == "index" and kernels.bool_indexing(f, args))):
+            if f.random:        # dropout: its mask drawn now, its products queued
+                out = dropout.queued(f, args, kwargs)
+                if out is not None:
+                    return out
             if self.records:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)

@@ -1,6 +1,7 @@
 """Ops that looked like boundaries but are ordinary device ops (found on the W6 Llama step):
 a dtype cast that stays on ``neuron`` and attention with ``dropout_p=0`` neither cut a region
 nor count as host fallbacks."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -145,3 +146,63 @@ def test_copy_between_device_tensors_in_a_fused_region():
     assert stats["launches_fused"] >= 1 and "transfer" not in stats["flushes"]
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and torch.allclose(g.cpu(), w, rtol=1e-3, atol=1e-3)
+
+
+def _dropout_step(x, lin, cpu_draws):
+    """Dropout between device ops, with a CPU draw (a data loader's, an augmentation's) made
+    while the dropout's region is still queued: eager draws the mask first."""
+    h = F.dropout(lin(x).relu(), p=0.3, training=True)
+    noise = torch.randn(3)                # the host generator, before the region runs
+    cpu_draws.append(noise)
+    h = F.dropout(h.t(), p=0.5) * 2       # a transposed input
+    return h.sum(0) + F.dropout(h, p=1.0).sum() + F.dropout(h, p=0.0).sum()
+
+
+def test_dropout_is_queued_with_eager_draws(compile_off):
+    """``native_dropout`` no longer ends the segment ("rng"): its mask is drawn at the call,
+    so a CPU draw made before the region runs gets the numbers it gets in eager mode."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 5)
+    x = torch.randn(4, 6)
+    torch.manual_seed(1)
+    want_draws, want = [], []
+    for _ in range(3):
+        want.append(_dropout_step(x, lin, want_draws))
+    dlin, dx = lin.to("neuron"), x.to("neuron")
+    torch.manual_seed(1)
+    draws, got = [], []
+    for _ in range(3):
+        got.append(_dropout_step(dx, dlin, draws))
+        neuron_lab.sync()
+    stats = runtime.stats()
+    assert stats["flushes"].get("rng", 0) == 3 and stats["hits"] >= 1   # only the transposed one
+    for a, b in zip(draws, want_draws):
+        assert torch.equal(a, b)
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
+
+
+def test_dropout_training_fuses_and_matches_cpu():
+    """A dropout MLP trained with AdamW: the step is one forward+backward region (it was cut at
+    each dropout), fused, its losses and weights CPU's within the fused tolerance."""
+    def train(dev):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.GELU(),
+                                torch.nn.Linear(16, 4), torch.nn.Dropout(0.1)).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        x, y = torch.randn(32, 8).to(dev), torch.randint(0, 4, (32,)).to(dev)
+        losses = []
+        for _ in range(6):
+            loss = F.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, m[0].weight.detach().cpu()
+    want = train("cpu")
+    with knobs.TRIALS.scoped(1):
+        got = train("neuron")
+    stats = runtime.stats()
+    assert "rng" not in stats["flushes"] and stats["launches_fused"] >= 1
+    assert got[0] == pytest.approx(want[0], rel=1e-4)
+    assert torch.allclose(got[1], want[1], rtol=1e-3, atol=1e-4)
