@@ -7,9 +7,9 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update), ops that cannot be queued (RNG other than
-  dropout's, which ``dropout`` draws at the call, host fallbacks,
-  CPU tensor arguments other than 0-dim ones: ``host_scalars`` copies those to the device at
-  the call), the queue limit (1024), and the **repeated-suffix rule**
+  dropout's, whose mask ``dropout`` draws at the call; host fallbacks; CPU tensor arguments
+  other than 0-dim ones, which ``host_scalars`` copies to the device at the call), the queue
+  limit (1024), and the **repeated-suffix rule**
   (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
   is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
   so a loop body has the same keys in every iteration; a training loop without syncs and a

@@ -10,10 +10,10 @@ way the host kernel does (ATen's ``native_dropout_cpu``: a bool mask shaped like
 ``bernoulli_(1 - p)``, then ``input.mul(mask).mul_(scale)``), draws the mask now, on the host
 generator, where eager draws it (a host fallback, recorded as eager's is), and queues the two
 products: the same draws in the same order as eager's and the same arithmetic, so per-op replay
-is bitwise eager's, and a fused program computes the products with the mask as a region input. Backward (``native_dropout_backward``) reads the
-mask and draws nothing. Only where the host executor is the CPU (a CUDA executor draws on its
-own generator) and for an input that is dense (the mask gets its strides, as ``empty_like``
-gives them); any other call stays a boundary.
+is bitwise eager's, and a fused program computes the products with the mask as a region input.
+Backward (``native_dropout_backward``) reads the mask and draws nothing. Only where the host
+executor is the CPU (a CUDA executor draws on its own generator) and for a contiguous input
+(the mask gets its strides, as ``empty_like`` gives them); any other call stays a boundary.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def queued(f, args, kwargs):
         return None
     p1m = 1.0 - p
     scale = 0.0 if p1m == 0 else 1.0 / p1m
-    h = torch.empty_strided(x.shape, x.stride(), dtype=torch.bool)    # empty_like(x, bool)
+    h = torch.empty_strided(x.shape, x.stride(), dtype=torch.bool, device="cpu")  # empty_like
     h.bernoulli_(p1m)
     tracking.record_fallback(f.name, RANDOM_ON_HOST)     # as the eager kernel records it
     hs = h.untyped_storage()
