@@ -25,9 +25,11 @@
 //
 // An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
 // here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
-// region starts with it (launch_locked continues from the trie's root). An op that is plain for some calls only (attention
-// with dropout_p 0, a cast staying on neuron: policy.PLAIN_WHEN) takes the same paths when
-// this call is one (plain_call). Anything else (a boundary, a divergence, a region's end, an
+// region starts with it (launch_locked continues from the trie's root). An op that is plain
+// for some calls only (attention with dropout_p 0, a cast staying on neuron:
+// policy.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
+// CPU scalar arguments could not be keyed is tried again with device copies of them
+// (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an
 // op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
 // starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
@@ -568,11 +570,11 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       PyErr_Clear();            // unless they are CPU scalars: this call with device copies
       PyObject* copied = PyObject_CallFunctionObjArgs(S.host_copied, f, args, kwargs, nullptr);
       if (copied == nullptr) goto done;
-      if (copied != Py_None)
+      bool retried = copied != Py_None;
+      if (retried)
         result = launch_locked(f, PyTuple_GET_ITEM(copied, 0), PyTuple_GET_ITEM(copied, 1));
-      bool again = copied != Py_None;
       Py_DECREF(copied);
-      if (again) goto done;
+      if (retried) goto done;
     } else if (capturing) {
       result = capture(f, args, kwargs, described, records, producers, pos);
       if (result != nullptr) ++S.captured;
