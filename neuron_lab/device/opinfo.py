@@ -45,7 +45,7 @@ class OpFacts:
                  "mixed_ok", "has_device_kw", "n_returns", "is_inplace", "mutates", "tags", "fresh",
                  "zero_tensor", "floats_are_data", "sizer",
                  "written_kw", "target", "dropout_at", "per_call", "plain", "direct",
-                 "direct_kernel")
+                 "direct_size", "direct_kernel")
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -98,6 +98,10 @@ class OpFacts:
         # the eager path's short cut (kernels.execute): no per-call checks, no admission
         # before the host allocates, one new tensor
         self.plain = not self.per_call and self.sizer is None and self.fresh and not self.zero_tensor
+        # a sized op whose bytes the direct kernel checks itself before the host allocates
+        # (sizing.DIRECT_SIZED: 1 or 2), else 0
+        self.direct_size = (sizing.DIRECT_SIZED.get(self.base, 0) if self.sizer is not None
+                            and not self.per_call and self.fresh and not self.zero_tensor else 0)
         # what the native direct kernel runs in eager mode without entering Python
         # (csrc/direct.cpp), or None: see ``_direct``
         self.direct = self._direct(schema, gap)
@@ -107,16 +111,17 @@ class OpFacts:
         """``"new"`` (a plain op that writes no argument), ``"view"`` (a view of argument
         ``ret_alias[0][0]``: ``view``, ``t``, ``slice``...) or ``"in_place"`` (a pointwise op
         writing its ``self``: ``add_``, ``mul_``...), for ops whose host op is the op itself
-        (no ``host_gaps`` substitute), with no per-call checks and no admission; else None.
+        (no ``host_gaps`` substitute), with no per-call checks and no admission other than
+        the one the direct kernel makes itself (``direct_size``); else None.
         A ``new`` or ``view`` op writes nothing, so the direct kernel may hand a call the host
         op failed to the Python path, which runs it again and raises the device's error;
         a pointwise in-place op checks its arguments before it writes."""
-        if (gap is not None or self.per_call or self.sizer is not None or self.zero_tensor
-                or self.has_device_kw or self.written_kw or self.n_returns != 1
+        if (gap is not None or self.per_call or self.sizer is not None and not self.direct_size
+                or self.zero_tensor or self.has_device_kw or self.written_kw or self.n_returns != 1
                 or str(schema.returns[0].type) != "Tensor"):
             return None
         alias = self.ret_alias[0]
-        if self.plain and not self.mutates:
+        if (self.plain or self.direct_size) and not self.mutates:
             return "new"
         if (alias is not None and type(alias[0]) is int and not alias[1] and not alias[2]
                 and not self.mutates and not self.restride):

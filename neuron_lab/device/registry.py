@@ -129,7 +129,8 @@ def _register_kernels(direct=None) -> int:
             if direct is not None and special is None and f.direct:
                 direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
                                        f.ret_alias[0][0] if f.ret_alias[0] else -1,
-                                       _dtype_kwarg(op), (f, kernels.execute, vars(seam)))
+                                       _dtype_kwarg(op), f.direct_size,
+                                       (f, kernels.execute, vars(seam)))
                 f.direct_kernel = True
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")
@@ -157,39 +158,84 @@ def _no_tracing():
     return _disable_current_modes()
 
 
+def _cpu_view(t):
+    """A CPU stand-in for ``t`` with what CPU's SDPA choice looks at (sizes, strides, dtype,
+    requires_grad) and no data: reading the data would be a sync in adaptive mode."""
+    if t is None or t.device.type != "neuron":
+        return t
+    return torch.empty_strided(_hints(t.shape), _hints(t.stride()), dtype=t.dtype,
+                               requires_grad=t.requires_grad)
+
+
+def _read_by_choice(t):
+    """What CPU's SDPA choice reads of argument ``t`` (``_cpu_view``'s, and the device)."""
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.requires_grad, t.device.type
+
+
+# The process-wide settings CPU's choice reads besides the arguments (torch.nn.attention's
+# sdpa_kernel sets them; those this torch has), and the choices made, by everything they read.
+_SDP_SETTINGS = tuple(getattr(torch._C, name) for name in (
+    "_get_flash_sdp_enabled", "_get_math_sdp_enabled", "_get_mem_efficient_sdp_enabled",
+    "_get_cudnn_sdp_enabled", "_get_overrideable_sdp_enabled", "_get_sdp_priority_order")
+    if hasattr(torch._C, name)) + (torch.is_grad_enabled, torch.are_deterministic_algorithms_enabled)
+_choices: dict = {}
+
+
+def _sdp_settings() -> tuple:
+    return tuple(tuple(v) if type(v) is list else v for v in (read() for read in _SDP_SETTINGS))
+
+
+def _sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> int:
+    """CPU's ``_fused_sdp_choice`` for these arguments. It depends on the arguments' metadata
+    and the settings above only, so a model's attention calls look it up by those instead of
+    building three CPU stand-ins and leaving the dispatch modes each time (~15 us a call).
+    Under torch.compile's tracing (fake tensors, maybe symbolic sizes) the choice is made as
+    before, outside the trace: traced, its int-valued node would reach AOTAutograd's
+    partitioner ("Expected _fused_sdp_choice to be a tensor")."""
+    key = None
+    if torch._C._len_torch_dispatch_stack() == 0:
+        key = (*map(_read_by_choice, (q, k, v, attn_mask)), dropout_p, is_causal, scale,
+               enable_gqa, _sdp_settings())
+        try:
+            choice = _choices.get(key)
+        except TypeError:                # symbolic sizes (fake tensors) do not hash
+            key = choice = None
+        if choice is not None:
+            return choice
+    with _no_tracing():
+        choice = torch.ops.aten._fused_sdp_choice(*map(_cpu_view, (q, k, v, attn_mask)),
+                                                  dropout_p, is_causal, scale=scale,
+                                                  enable_gqa=enable_gqa)
+    if key is not None:
+        if len(_choices) >= 1024:        # a bound for programs that vary shapes endlessly
+            _choices.clear()
+        _choices[key] = choice
+    return choice
+
+
+_FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+
+
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
           enable_gqa=False):
     """``scaled_dot_product_attention`` as on CPU. Its C++ decomposition asks a DispatchStub
     for the backend, which a Python backend cannot register, so on ``neuron`` it would always
     take the math path while CPU takes its flash kernel (results differ in the last bits).
-    Here the choice is CPU's (``_fused_sdp_choice`` runs on the host data) and so is the kernel.
-    A host executor other than the CPU takes the math path (module header)."""
+    Here the choice is CPU's (``_sdp_choice``) and so is the kernel. A host executor other
+    than the CPU takes the math path (module header)."""
     aten = torch.ops.aten
     if executor.host_device().type != "cpu":
         return aten._scaled_dot_product_attention_math(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
-
-    def cpu_view(t):
-        """A CPU stand-in with what CPU's choice looks at (sizes, strides, dtype,
-        requires_grad) and no data: reading the data would be a sync in adaptive mode."""
-        if t is None or t.device.type != "neuron":
-            return t
-        return torch.empty_strided(_hints(t.shape), _hints(t.stride()), dtype=t.dtype,
-                                   requires_grad=t.requires_grad)
-
-    # Under torch.compile's tracing (fake tensors, maybe symbolic sizes) the choice is made
-    # once, outside the trace, as CPU's C++ decomposition makes it: traced, its int-valued
-    # node would reach AOTAutograd's partitioner ("Expected _fused_sdp_choice to be a tensor").
-    with _no_tracing():
-        choice = aten._fused_sdp_choice(*map(cpu_view, (q, k, v, attn_mask)), dropout_p,
-                                        is_causal, scale=scale, enable_gqa=enable_gqa)
-    if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+    if _sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) != _FLASH:
         return aten._scaled_dot_product_attention_math(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
     if attn_mask is not None and attn_mask.dtype == torch.bool:   # convert_boolean_attn_mask
         attn_mask = torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(
             attn_mask.logical_not(), float("-inf"))
-    return aten._scaled_dot_product_flash_attention_for_cpu(
+    return aten._scaled_dot_product_flash_attention_for_cpu.default(
         q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
 

@@ -29,6 +29,12 @@ _SIZE_FACTORIES = frozenset({"empty", "zeros", "ones", "full", "rand", "randn", 
                              "new_empty_strided", "normal", "empty_permuted"})
 _COPIES = frozenset({"clone", "_to_copy"})
 
+# Ops whose bytes the native direct kernel (device/csrc/direct.cpp) predicts itself, before the
+# host allocates, as their sizers below do, so they run in eager mode without Python: 1, argument
+# 0's numel times its element size (``clone``: ``.contiguous()``, ``reshape`` of a transposed
+# tensor); 2, the sum of argument 0's tensors' numels times their largest element size (``cat``).
+DIRECT_SIZED = {"clone": 1, "cat": 2}
+
 
 def _getter(schema, name: str):
     """A function reading argument ``name`` from (args, kwargs) as the dispatcher passes them."""

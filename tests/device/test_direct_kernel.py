@@ -161,6 +161,26 @@ def test_memory_is_counted_and_freed():
     assert torch.neuron.memory_allocated() == base
 
 
+def test_copies_check_their_bytes_and_run_on_the_direct_path():
+    """``clone`` (``.contiguous()``) and ``cat`` are sized (their bytes are checked before the
+    host allocates): the direct kernel checks them itself (sizing.DIRECT_SIZED)."""
+    x = torch.randn(6, 5)
+    n = x.to("neuron")
+    got, runs = direct_runs(lambda: (n.t().contiguous(), torch.cat([n, n * 2.0], 0)))
+    assert runs == {"aten::t": 1, "aten::clone": 1, "aten::mul.Tensor": 1, "aten::cat": 1}
+    want = (x.t().contiguous(), torch.cat([x, x * 2.0], 0))
+    for g, w in zip(got, want):
+        assert (g.shape, g.stride()) == (w.shape, w.stride()) and torch.equal(g.cpu(), w)
+    base = torch.neuron.memory_allocated()
+    with config.HBM_GB.scoped((base + 200) / (1 << 30)):        # room for 50 floats
+        with pytest.raises(torch.OutOfMemoryError, match="aten::cat"):
+            torch.cat([n, n], 0)                                # 60 floats
+        a, b = n[:2], n[:3]
+        small, runs = direct_runs(lambda: torch.cat([a, b], 0))     # 25 floats
+        assert runs == {"aten::cat": 1} and torch.equal(small.cpu(), x[[0, 1, 0, 1, 2]])
+    assert torch.neuron.memory_allocated() == base + 100
+
+
 def test_past_the_capacity_the_python_path_raises_and_nothing_is_counted():
     n = torch.randn(1 << 20).to("neuron")                       # 4 MiB
     base = torch.neuron.memory_allocated()

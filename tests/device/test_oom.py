@@ -132,6 +132,9 @@ HOST: list = []
                                                         device="neuron")),
     ("aten::repeat", lambda: torch.ones(1024, device="neuron").repeat(BIG // 4096)),
     ("aten::eye", lambda: torch.eye(4096, device="neuron")),
+    ("aten::clone", lambda: torch.ones(1024, device="neuron").expand(BIG // 4096, 1024)
+     .contiguous()),                                                  # checked in C++ too
+    ("aten::cat", lambda: torch.cat([torch.ones(64 << 10, device="neuron")] * (BIG >> 18))),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_oom_is_raised_before_the_host_allocates(headroom, name, call):
     """Issue 15: ``torch.zeros(3 GiB)`` on a 1 GiB device zero-filled 3 GiB of host memory

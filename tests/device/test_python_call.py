@@ -93,7 +93,7 @@ def test_the_direct_kernel_hands_python_the_holders_arguments(monkeypatch):
         lib._destroy()
     assert len(ours) == len(theirs) == len(cases), [n for n, _, _ in ours]
     direct = [name for name, _, _ in ours if facts_of(name).direct_kernel]
-    assert len(direct) == len(cases) - 3, direct          # clone and _to_copy: the holder
+    assert len(direct) == len(cases) - 1, direct          # _to_copy: the holder
     for (name, args, kwargs), (want_args, want_kwargs) in zip(ours, theirs):
         assert type(args) is tuple and type(kwargs) is dict
         # the redispatched call gets fresh tensors for None-free lists etc.: compare structure,

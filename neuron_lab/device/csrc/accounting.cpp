@@ -84,11 +84,6 @@ int64_t counted_bytes(py::handle storage) {
   return dp.get_deleter() == &uncount ? static_cast<Counted*>(dp.get_context())->nbytes : -1;
 }
 
-int64_t allocated() {
-  std::lock_guard<std::mutex> g(mu);
-  return tot.allocated;
-}
-
 py::tuple totals() {
   std::lock_guard<std::mutex> g(mu);
   return py::make_tuple(tot.allocated, tot.peak, tot.reserved, tot.reserved_peak, tot.n_alloc,
@@ -154,13 +149,18 @@ int64_t count_storage(c10::StorageImpl* s, int64_t capacity) {
   return n;
 }
 
+int64_t counted_total() {
+  std::lock_guard<std::mutex> g(mu);
+  return tot.allocated;
+}
+
 void init_accounting(py::module_& m) {
   m.def("count_storage", &count, py::arg("storage"), py::arg("capacity"),
         "Count host storage `storage` as device memory until its bytes are freed (or recount "
         "its new size); bytes added, or -1 if that would pass `capacity` (>= 0).");
   m.def("counted_bytes", &counted_bytes, py::arg("storage"),
         "The bytes `storage` is counted with, or -1.");
-  m.def("allocated_bytes", &allocated);
+  m.def("allocated_bytes", &counted_total);
   m.def("memory_totals", &totals,
         "(allocated, peak, reserved, reserved_peak, n_alloc, n_free, bytes_alloc, bytes_freed, "
         "live, peak_live)");

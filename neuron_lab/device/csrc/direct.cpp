@@ -11,7 +11,9 @@
 // from the host storage its storage is bound to (storage.cpp), the op runs on the host, its
 // output is counted (accounting.cpp; over the capacity -> the Python path, which raises the
 // device's OutOfMemoryError) and wrapped in a new neuron tensor bound to the output's storage:
-// what kernels.execute's short path does, with the same results.
+// what kernels.execute's short path does, with the same results. Two copies whose bytes the
+// Python path checks before the host allocates (``clone``, ``cat``: sizing.DIRECT_SIZED) are
+// checked here the same way first (``admits``).
 //
 // Anything else goes to the op's generic kernel (registry._kernel's seam.launch or execute),
 // called from here without the dispatcher's Python kernel holder (python_call.h; every op in
@@ -35,6 +37,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -158,9 +161,12 @@ void unwrap_numbers(size_t n, torch::jit::Stack* stack) {
 // `arg` itself, written in place.
 enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2 };
 
+// How a sized op's output bytes are predicted from its arguments (sizing.DIRECT_SIZED).
+enum class Size : int { kNone = 0, kSelf = 1, kTensors = 2 };
+
 struct Direct final : c10::OperatorKernel {
-  Direct(std::string n, Kind k, int a, int d, PyObject* g)
-      : name(std::move(n)), kind(k), arg(a), dtype_arg(d), generic(g) {}
+  Direct(std::string n, Kind k, int a, int d, Size z, PyObject* g)
+      : name(std::move(n)), kind(k), arg(a), dtype_arg(d), size(z), generic(g) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     if ((g_direct.load(std::memory_order_acquire) || t_here) && run(op, stack)) {
@@ -183,6 +189,7 @@ struct Direct final : c10::OperatorKernel {
     if (dtype_arg >= 0 && static_cast<size_t>(dtype_arg) < n && args[dtype_arg].isInt() &&
         host_only(static_cast<c10::ScalarType>(args[dtype_arg].toInt())))
       return false;   // dtype=float64: a fallback the Python path records
+    if (size != Size::kNone && !admits(args)) return false;
     const at::Tensor* base = nullptr;   // the argument a view or an in-place op returns
     if (kind != Kind::kNew) {
       if (arg < 0 || static_cast<size_t>(arg) >= n || !args[arg].isTensor()) return false;
@@ -228,10 +235,37 @@ struct Direct final : c10::OperatorKernel {
     return true;
   }
 
+  // The capacity check before the host allocates, as kernels._admit makes it with the op's
+  // sizer: argument 0's bytes (kSelf), or the sum of its tensors' numels times their largest
+  // element size (kTensors). False: past the capacity (the Python path raises the device's
+  // OutOfMemoryError), or arguments the rule does not read (the Python path decides).
+  bool admits(c10::ArrayRef<c10::IValue> args) const {
+    const int64_t capacity = g_capacity.load(std::memory_order_relaxed);
+    if (capacity < 0) return true;
+    if (args.empty()) return false;
+    int64_t need = 0;
+    if (size == Size::kSelf) {
+      if (!args[0].isTensor()) return false;
+      const at::Tensor& t = args[0].toTensor();
+      need = t.numel() * static_cast<int64_t>(t.element_size());
+    } else {
+      if (!args[0].isTensorList()) return false;
+      int64_t numel = 0, item = 0;
+      for (const at::Tensor& t : args[0].toTensorList()) {
+        if (!t.defined()) return false;
+        numel += t.numel();
+        item = std::max(item, static_cast<int64_t>(t.element_size()));
+      }
+      need = numel * item;
+    }
+    return need == 0 || counted_total() + need <= capacity;
+  }
+
   const std::string name;
   const Kind kind;
   const int arg;
   const int dtype_arg;   // the keyword-only ``dtype`` argument's position, or -1
+  const Size size;       // how the bytes are checked before the host allocates, if they are
   PyObject* const generic;   // the op's generic kernel, (facts, execute, seam globals): held
                              // for the process's life, like the registration
   std::atomic<int64_t> runs{0};
@@ -256,8 +290,10 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
 // is its name in tracking.executed ("aten::add.Tensor"); `kind` and `arg`: what it returns.
 void register_op(const std::string& name, const std::string& counted_as, int kind, int arg,
-                 int dtype_arg, py::tuple generic) {
+                 int dtype_arg, int size, py::tuple generic) {
   TORCH_CHECK(kind >= 0 && kind <= 2, "neuron: register_direct: kind 0, 1 or 2");
+  TORCH_CHECK(size >= 0 && size <= 2, "neuron: register_direct: size 0, 1 or 2");
+  TORCH_CHECK(size == 0 || kind == 0, "neuron: register_direct: only a new tensor is sized");
   TORCH_CHECK(generic.size() == 3 && PyDict_Check(generic[2].ptr()),
               "neuron: register_direct: generic is (facts, execute, seam globals)");
   std::lock_guard<std::mutex> g(g_mu);
@@ -265,7 +301,7 @@ void register_op(const std::string& name, const std::string& counted_as, int kin
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                __FILE__, __LINE__);
   auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg, dtype_arg,
-                                    generic.inc_ref().ptr());
+                                    static_cast<Size>(size), generic.inc_ref().ptr());
   Direct* raw = k.get();
   g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   g_kernels.push_back(raw);
@@ -330,10 +366,13 @@ void init_direct(py::module_& m) {
         "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
         "and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
-        py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"), py::arg("generic"),
+        py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"), py::arg("size"),
+        py::arg("generic"),
         "Register the direct eager kernel for aten op `name` under PrivateUse1; kind 0: it "
         "returns a new tensor, 1: a view of argument `arg`, 2: argument `arg`, written in "
         "place; `dtype_arg`: the position of its keyword-only dtype argument, or -1; "
+        "`size`: 0, or how a new tensor's bytes are checked before the host allocates them "
+        "(1: argument 0's, 2: argument 0's tensors', sizing.DIRECT_SIZED); "
         "`generic`: (facts, execute, seam globals), what it calls for an op it does not run "
         "(python_call.h)");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },

@@ -21,4 +21,7 @@ c10::StorageImpl* bound_host(const c10::StorageImpl& s);
 // would pass `capacity` (>= 0; -1: no limit). Python's count_storage is this.
 int64_t count_storage(c10::StorageImpl* s, int64_t capacity);
 
+// The bytes counted as device memory now (accounting.cpp).
+int64_t counted_total();
+
 }  // namespace neuron_lab
