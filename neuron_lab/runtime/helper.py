@@ -25,7 +25,14 @@ foreground compiles, a graph it cannot describe, a helper that would not start o
 after any error in the helper, the region compiles in the user's process as before, with the
 same outcome. A graph a helper compiled before (a marker file in the cache directory, keyed
 by the request) is not sent again: its programs are in inductor's caches. A helper that dies
-is not restarted (``state["broken"]`` says why). The helper costs ~380 MiB of resident memory
+is not restarted (``state["broken"]`` says why).
+
+A compile has a time limit (``NEURON_LAB_COMPILE_TIMEOUT_S``, 600 s): inductor takes minutes
+to hours on some graphs (a chain of 50 transposes and reshapes: each view nests the index
+expressions of the one before), and one such region would hold the helper, so no later region
+of the process would compile. Past the limit the helper is killed (the next compile starts a
+new one) and the region fails with ``CompileTimeout``: it stays per-op, and it is not
+compiled in the user's process, where the same compile would hold the GIL as long. The helper costs ~380 MiB of resident memory
 (torch and inductor imported) and ~4 s of start-up on another core before the first compile.
 """
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import select
 import subprocess
 import sys
 import threading
@@ -90,7 +98,7 @@ class NotDescribable(Exception):
 
 
 _MAIN = "from neuron_lab.runtime.helper import main; main()"   # not -m: replies pickle by module
-state = {"started": 0, "compiles": 0, "known": 0, "failed": 0, "broken": None}
+state = {"started": 0, "compiles": 0, "known": 0, "failed": 0, "timeouts": 0, "broken": None}
 _proc: subprocess.Popen | None = None
 _owner = 0                  # the pid that started _proc: a forked child inherits the pipes,
 _lock = threading.Lock()    # which it must neither write to nor close
@@ -166,6 +174,10 @@ def example_of(s: ExampleSpec) -> torch.Tensor:
     return torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=s.device)
 
 
+class CompileTimeout(Exception):
+    """The helper did not answer within ``NEURON_LAB_COMPILE_TIMEOUT_S`` (module header)."""
+
+
 # --- the user's side -----------------------------------------------------------------------
 def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
     """Compile in the helper; its Reply (a marker's, if a helper compiled the graph before), or
@@ -185,13 +197,20 @@ def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
         proc = _started()
         if proc is None:
             return None
+        limit = knobs.COMPILE_TIMEOUT_S.get()
         try:
             pickle.dump(req, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             proc.stdin.flush()
-            reply = pickle.load(proc.stdout)
+            answered = limit <= 0 or select.select([proc.stdout], [], [], limit)[0]
+            reply = pickle.load(proc.stdout) if answered else None
         except Exception as e:  # noqa: BLE001 - a pipe or a reply gone wrong: no helper any more
             _broken(f"{type(e).__name__}: {e}")
             return None
+        if reply is None:
+            state["timeouts"] += 1
+            _ended()
+            raise CompileTimeout(f"the compile took longer than {limit:g} s "
+                                 f"(NEURON_LAB_COMPILE_TIMEOUT_S); the region stays per-op")
     state["compiles"] += 1
     if not reply.ok:
         state["failed"] += 1
@@ -260,8 +279,13 @@ def _started() -> subprocess.Popen | None:
 
 
 def _broken(why: str) -> None:
-    global _proc
     state["broken"] = why
+    _ended()
+
+
+def _ended() -> None:
+    """Kill the helper (its reply, if any, is not read); the next compile may start another."""
+    global _proc
     p, _proc = _proc, None
     if p is not None and p.poll() is None:
         p.kill()

@@ -39,6 +39,10 @@ COMPILE_HELPER = Knob("NEURON_LAB_COMPILE_HELPER", True, boolean,
                       doc="background compiles run in a helper process; the user's process "
                           "loads the result from inductor's caches (helper.py; 0: compile in "
                           "the compile thread)")
+COMPILE_TIMEOUT_S = Knob("NEURON_LAB_COMPILE_TIMEOUT_S", 600.0, float, minimum=0.0,
+                         doc="seconds a region's compile in the helper may take; past them the "
+                             "helper is stopped (the next compile starts another) and the "
+                             "region stays per-op (0: no limit)")
 COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,
                      doc="regions waiting for a background compile at most; a region found "
                          "while the queue is full is queued at a later launch")

@@ -100,7 +100,7 @@ def _compiled(region, gm, examples, largest, floats):
     """The region's program. With the compile helper (``helper.py``; background compiles only)
     the helper compiles first, outside dynamo's lock, and the compile here loads its result
     from inductor's caches; after a helper error it compiles here from scratch (the reference).
-    """
+    A compile past its time limit raises ``helper.CompileTimeout`` (the region fails)."""
     fixed, fallback = floats
     packed = None
     if knobs.COMPILE_HELPER.get() and not knobs.SYNC_COMPILE.get():

@@ -146,6 +146,29 @@ def test_a_helper_error_compiles_here(background, monkeypatch):
     assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
 
 
+def test_a_compile_past_its_time_limit_fails_and_the_next_starts_a_new_helper(background):
+    """Past ``NEURON_LAB_COMPILE_TIMEOUT_S`` the helper is killed and the region fails (stays
+    per-op, results unchanged), without a compile in this process; a later compile starts a new
+    helper. (0.05 s: shorter than the helper's start-up, so every compile here runs past it.)"""
+    helper.stop()
+    timeouts, started = helper.state["timeouts"], helper.state["started"]
+    want = _train("cpu", 5)
+    with knobs.COMPILE_TIMEOUT_S.scoped(0.05):
+        got = _train("neuron", 5)
+    assert helper.state["timeouts"] > timeouts and not helper.running()
+    assert helper.state["broken"] is None
+    failed = [r for r in runtime.regions() if r["status"] == str(Status.FAILED)]
+    assert failed and all("CompileTimeout" in r["error"] and "NEURON_LAB_COMPILE_TIMEOUT_S"
+                          in r["error"] for r in failed)
+    assert not any(r["fused_launches"] for r in runtime.regions())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    runtime.reset()
+    got = _train("neuron", 5)
+    assert helper.running() and helper.state["started"] > started + 1
+    assert any(r["status"] == "fused" and r["fused_launches"] for r in runtime.regions())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_the_helper_replies_with_its_error():
     """The helper's loop, in this process: a graph inductor cannot compile gets ok=False and the
     error, and the loop goes on to the next request."""
