@@ -109,16 +109,26 @@ class OpFacts:
 
     def _direct(self, schema, gap) -> str | None:
         """``"new"`` (a plain op that writes no argument), ``"view"`` (a view of argument
-        ``ret_alias[0][0]``: ``view``, ``t``, ``slice``...) or ``"in_place"`` (a pointwise op
-        writing its ``self``: ``add_``, ``mul_``...), for ops whose host op is the op itself
-        (no ``host_gaps`` substitute), with no per-call checks and no admission other than
-        the one the direct kernel makes itself (``direct_size``); else None.
-        A ``new`` or ``view`` op writes nothing, so the direct kernel may hand a call the host
-        op failed to the Python path, which runs it again and raises the device's error;
-        a pointwise in-place op checks its arguments before it writes."""
-        if (gap is not None or self.per_call or self.sizer is not None and not self.direct_size
-                or self.zero_tensor or self.has_device_kw or self.written_kw or self.n_returns != 1
-                or str(schema.returns[0].type) != "Tensor"):
+        ``ret_alias[0][0]``: ``view``, ``t``, ``slice``...), ``"in_place"`` (a pointwise op
+        writing its ``self``: ``add_``, ``mul_``...) or ``"new_tuple"`` (several new tensors
+        and no argument written: attention's forward and backward, ``nll_loss_forward``,
+        ``native_layer_norm``, ``topk``), for ops whose host op is the op itself (no
+        ``host_gaps`` substitute), with no per-call checks (but ``dropout_p``, which the direct
+        kernel reads: a call with ``dropout_p`` 0 draws nothing) and no admission other than the
+        one the direct kernel makes itself (``direct_size``); else None.
+        A ``new``, ``new_tuple`` or ``view`` op writes nothing, so the direct kernel may hand a
+        call the host op failed to the Python path, which runs it again and raises the device's
+        error; a pointwise in-place op checks its arguments before it writes."""
+        dropout_only = (self.dropout_at is not None and not self.data_dependent
+                        and self.base != "index")
+        if (gap is not None or self.per_call and not dropout_only
+                or self.sizer is not None and not self.direct_size
+                or self.zero_tensor or self.has_device_kw or self.written_kw):
+            return None
+        if (self.n_returns > 1 and all(str(r.type) == "Tensor" for r in schema.returns)
+                and not any(self.ret_alias) and not self.mutates):
+            return "new_tuple"
+        if self.per_call or self.n_returns != 1 or str(schema.returns[0].type) != "Tensor":
             return None
         alias = self.ret_alias[0]
         if (self.plain or self.direct_size) and not self.mutates:

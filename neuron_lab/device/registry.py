@@ -90,7 +90,7 @@ SPECIAL = {"_copy_from": transfers.copy_from,
            "_pad_packed_sequence": transfers.pad_packed_sequence}
 
 
-_DIRECT_KINDS = {"new": 0, "view": 1, "in_place": 2}     # csrc/direct.cpp's Kind
+_DIRECT_KINDS = {"new": 0, "view": 1, "in_place": 2, "new_tuple": 3}   # csrc/direct.cpp's Kind
 
 
 def _dtype_kwarg(op) -> int:
@@ -130,6 +130,7 @@ def _register_kernels(direct=None) -> int:
                 direct.register_direct(short, f.name, _DIRECT_KINDS[f.direct],
                                        f.ret_alias[0][0] if f.ret_alias[0] else -1,
                                        _dtype_kwarg(op), f.direct_size,
+                                       f.dropout_at[0] if f.dropout_at else -1,
                                        (f, kernels.execute, vars(seam)))
                 f.direct_kernel = True
             else:

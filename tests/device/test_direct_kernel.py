@@ -181,6 +181,61 @@ def test_copies_check_their_bytes_and_run_on_the_direct_path():
     assert torch.neuron.memory_allocated() == base + 100
 
 
+TUPLES = [
+    ("aten::topk", lambda t: t.topk(3, dim=1)),
+    ("aten::max.dim", lambda t: t.max(dim=0)),
+    ("aten::native_layer_norm", lambda t: torch.ops.aten.native_layer_norm(t, [6], None, None,
+                                                                           1e-5)),
+    ("aten::nll_loss_forward", lambda t: torch.ops.aten.nll_loss_forward(
+        t.log_softmax(1), torch.tensor([0, 1, 2, 3, 4, 5]).to(t.device), None, 1, -100)),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu",
+     lambda t: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+         t.view(1, 1, 6, 6), t.view(1, 1, 6, 6), t.view(1, 1, 6, 6), 0.0, True)),
+]
+
+
+@pytest.mark.parametrize("op,fn", TUPLES, ids=[c[0] for c in TUPLES])
+def test_ops_returning_several_new_tensors_run_direct_bitwise(op, fn):
+    x = torch.randn(6, 6)
+    n = x.to("neuron")
+    base = torch.neuron.memory_allocated()
+    got, runs = direct_runs(lambda: fn(n))
+    want = fn(x)
+    assert runs[op] == 1
+    for g, w in zip(got, want):
+        assert g.device.type == "neuron" and (g.shape, g.stride(), g.dtype) == \
+            (w.shape, w.stride(), w.dtype)
+        assert torch.equal(g.cpu(), w)
+    assert torch.neuron.memory_allocated() > base
+    del got, g
+    assert torch.neuron.memory_allocated() == base
+
+
+def test_attention_with_dropout_draws_on_the_python_path():
+    """``dropout_p`` 0 runs on the direct kernel; any other value draws random numbers: the
+    Python path (host generator, recorded as a fallback)."""
+    q = torch.randn(1, 2, 4, 8).to("neuron")
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    _, runs = direct_runs(lambda: flash(q, q, q, 0.0, False))
+    assert runs == {"aten::_scaled_dot_product_flash_attention_for_cpu": 1}
+    neuron_lab.clear_op_tracking()
+    ext.direct_counts()
+    with pytest.raises(RuntimeError, match="dropout"):         # CPU's flash kernel: no dropout
+        flash(q, q, q, 0.5, False)
+    assert ext.direct_counts() == {}
+    assert any(r["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu"
+               for r in neuron_lab.fallback_ops())
+
+
+def test_several_outputs_past_the_capacity_raise_and_nothing_stays_counted():
+    n = torch.randn(256, 256).to("neuron")                      # 256 KiB
+    base = torch.neuron.memory_allocated()
+    with config.HBM_GB.scoped((base + (300 << 10)) / (1 << 30)):   # not for both outputs
+        with pytest.raises(torch.OutOfMemoryError, match="aten::topk"):
+            n.topk(200, dim=1)                                  # 200 KiB values + 400 indices
+    assert torch.neuron.memory_allocated() == base
+
+
 def test_past_the_capacity_the_python_path_raises_and_nothing_is_counted():
     n = torch.randn(1 << 20).to("neuron")                       # 4 MiB
     base = torch.neuron.memory_allocated()

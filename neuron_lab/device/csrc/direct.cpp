@@ -1,7 +1,9 @@
 // The eager path without Python: a C++ PrivateUse1 kernel for the ops ``OpFacts.direct`` names:
 // plain ops that return one new tensor and write no argument, views (``view``, ``t``,
-// ``slice``: a new tensor on the base's storage, as shell.view_of), and pointwise ops that
-// write their self (``add_``: the self itself).
+// ``slice``: a new tensor on the base's storage, as shell.view_of), pointwise ops that
+// write their self (``add_``: the self itself), and ops returning several new tensors
+// (attention's forward and backward, ``nll_loss_forward``: each wrapped as a new tensor; one
+// whose only randomness is a ``dropout_p`` argument runs here when the call's is 0).
 //
 // Every other path to a neuron op goes through the dispatcher's Python kernel holder (the
 // arguments become Python objects, the GIL is taken, registry's generic kernel runs, the result
@@ -157,16 +159,16 @@ void unwrap_numbers(size_t n, torch::jit::Stack* stack) {
   }
 }
 
-// What the op returns (OpFacts.direct): a new tensor, a view of argument `arg`, or argument
-// `arg` itself, written in place.
-enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2 };
+// What the op returns (OpFacts.direct): a new tensor, a view of argument `arg`, argument `arg`
+// itself, written in place, or several new tensors.
+enum class Kind : int { kNew = 0, kView = 1, kInPlace = 2, kTuple = 3 };
 
 // How a sized op's output bytes are predicted from its arguments (sizing.DIRECT_SIZED).
 enum class Size : int { kNone = 0, kSelf = 1, kTensors = 2 };
 
 struct Direct final : c10::OperatorKernel {
-  Direct(std::string n, Kind k, int a, int d, Size z, PyObject* g)
-      : name(std::move(n)), kind(k), arg(a), dtype_arg(d), size(z), generic(g) {}
+  Direct(std::string n, Kind k, int a, int d, Size z, int p, PyObject* g)
+      : name(std::move(n)), kind(k), arg(a), dtype_arg(d), size(z), dropout_arg(p), generic(g) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     if ((g_direct.load(std::memory_order_acquire) || t_here) && run(op, stack)) {
@@ -190,8 +192,11 @@ struct Direct final : c10::OperatorKernel {
         host_only(static_cast<c10::ScalarType>(args[dtype_arg].toInt())))
       return false;   // dtype=float64: a fallback the Python path records
     if (size != Size::kNone && !admits(args)) return false;
+    if (dropout_arg >= 0 && (static_cast<size_t>(dropout_arg) >= n ||
+                             !args[dropout_arg].isDouble() || args[dropout_arg].toDouble() != 0.0))
+      return false;   // draws random numbers: the Python path (host generator, fallback record)
     const at::Tensor* base = nullptr;   // the argument a view or an in-place op returns
-    if (kind != Kind::kNew) {
+    if (kind == Kind::kView || kind == Kind::kInPlace) {
       if (arg < 0 || static_cast<size_t>(arg) >= n || !args[arg].isTensor()) return false;
       base = &args[arg].toTensor();
       if (!base->defined() || base->device().type() != kDevice) return false;
@@ -207,6 +212,7 @@ struct Direct final : c10::OperatorKernel {
     } catch (const std::exception&) {
       return false;   // nothing was written: the Python path runs it again and raises
     }
+    if (kind == Kind::kTuple) return wrap_all(host, op.schema().returns().size(), n, stack);
     if (host.size() != 1 || !host[0].isTensor()) return false;
     const at::Tensor& out = host[0].toTensor();
     if (!out.defined() || !out.device().is_cpu() || out.layout() != c10::kStrided) return false;
@@ -232,6 +238,32 @@ struct Direct final : c10::OperatorKernel {
     }
     torch::jit::drop(*stack, n);
     stack->emplace_back(std::move(t));
+    return true;
+  }
+
+  // kTuple's outputs: each new host tensor counted and wrapped (an undefined one stays
+  // undefined, as the Python path's None), then the `n` arguments replaced by them on `stack`.
+  // False (nothing on the stack changed): not that many tensors, one not a CPU strided tensor,
+  // or past the capacity (the outputs counted so far are uncounted as the host frees them).
+  static bool wrap_all(torch::jit::Stack& host, size_t returns, size_t n,
+                       torch::jit::Stack* stack) {
+    if (host.size() != returns) return false;
+    for (const c10::IValue& v : host) {
+      if (!v.isTensor()) return false;
+      const at::Tensor& h = v.toTensor();
+      if (h.defined() && (!h.device().is_cpu() || h.layout() != c10::kStrided)) return false;
+    }
+    const int64_t capacity = g_capacity.load(std::memory_order_relaxed);
+    for (const c10::IValue& v : host) {
+      const at::Tensor& h = v.toTensor();
+      if (h.defined() && count_storage(h.storage().unsafeGetStorageImpl(), capacity) == -1)
+        return false;
+    }
+    torch::jit::drop(*stack, n);
+    for (const c10::IValue& v : host) {
+      const at::Tensor& h = v.toTensor();
+      stack->emplace_back(h.defined() ? wrap(h) : h);
+    }
     return true;
   }
 
@@ -266,6 +298,7 @@ struct Direct final : c10::OperatorKernel {
   const int arg;
   const int dtype_arg;   // the keyword-only ``dtype`` argument's position, or -1
   const Size size;       // how the bytes are checked before the host allocates, if they are
+  const int dropout_arg; // the ``dropout_p`` argument's position (runs here only when 0), or -1
   PyObject* const generic;   // the op's generic kernel, (facts, execute, seam globals): held
                              // for the process's life, like the registration
   std::atomic<int64_t> runs{0};
@@ -290,8 +323,8 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
 // is its name in tracking.executed ("aten::add.Tensor"); `kind` and `arg`: what it returns.
 void register_op(const std::string& name, const std::string& counted_as, int kind, int arg,
-                 int dtype_arg, int size, py::tuple generic) {
-  TORCH_CHECK(kind >= 0 && kind <= 2, "neuron: register_direct: kind 0, 1 or 2");
+                 int dtype_arg, int size, int dropout_arg, py::tuple generic) {
+  TORCH_CHECK(kind >= 0 && kind <= 3, "neuron: register_direct: kind 0, 1, 2 or 3");
   TORCH_CHECK(size >= 0 && size <= 2, "neuron: register_direct: size 0, 1 or 2");
   TORCH_CHECK(size == 0 || kind == 0, "neuron: register_direct: only a new tensor is sized");
   TORCH_CHECK(generic.size() == 3 && PyDict_Check(generic[2].ptr()),
@@ -301,7 +334,8 @@ void register_op(const std::string& name, const std::string& counted_as, int kin
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                __FILE__, __LINE__);
   auto k = std::make_unique<Direct>(counted_as, static_cast<Kind>(kind), arg, dtype_arg,
-                                    static_cast<Size>(size), generic.inc_ref().ptr());
+                                    static_cast<Size>(size), dropout_arg,
+                                    generic.inc_ref().ptr());
   Direct* raw = k.get();
   g_lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   g_kernels.push_back(raw);
@@ -367,12 +401,13 @@ void init_direct(py::module_& m) {
         "and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
         py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"), py::arg("size"),
-        py::arg("generic"),
+        py::arg("dropout_arg"), py::arg("generic"),
         "Register the direct eager kernel for aten op `name` under PrivateUse1; kind 0: it "
         "returns a new tensor, 1: a view of argument `arg`, 2: argument `arg`, written in "
-        "place; `dtype_arg`: the position of its keyword-only dtype argument, or -1; "
+        "place, 3: several new tensors; `dtype_arg`: the position of its keyword-only dtype argument, or -1; "
         "`size`: 0, or how a new tensor's bytes are checked before the host allocates them "
-        "(1: argument 0's, 2: argument 0's tensors', sizing.DIRECT_SIZED); "
+        "(1: argument 0's, 2: argument 0's tensors', sizing.DIRECT_SIZED); `dropout_arg`: "
+        "the position of a dropout_p argument (the kernel runs calls where it is 0), or -1; "
         "`generic`: (facts, execute, seam globals), what it calls for an op it does not run "
         "(python_call.h)");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
