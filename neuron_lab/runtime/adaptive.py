@@ -7,7 +7,8 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update), ops that cannot be queued (RNG other than
-  dropout's, whose mask ``dropout`` draws at the call; host fallbacks; CPU tensor arguments
+  dropout's, whose mask ``dropout`` draws at the call, and random factories, which
+  ``random_now`` runs at the call without a cut; host fallbacks; CPU tensor arguments
   other than 0-dim ones, which ``host_scalars`` copies to the device at the call), the queue
   limit (1024), and the **repeated-suffix rule**
   (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
@@ -37,7 +38,7 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import blame, dropout, host_scalars, knobs, native, pending, policy, replay
+from . import blame, dropout, host_scalars, knobs, native, pending, policy, random_now, replay
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .period import PeriodRule
@@ -128,6 +129,9 @@ class Engine:
                 out = dropout.queued(f, args, kwargs)
                 if out is not None:
                     return out
+                call = random_now.arguments(f, args, kwargs)
+                if call is not None:        # a factory, a *_like: drawn now, no cut
+                    return self._run_now(f, *call)
             if self.records:
                 self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)

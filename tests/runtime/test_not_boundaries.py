@@ -182,27 +182,114 @@ def test_dropout_is_queued_with_eager_draws(compile_off):
         assert torch.equal(g.cpu(), w)
 
 
-def test_dropout_training_fuses_and_matches_cpu():
-    """A dropout MLP trained with AdamW: the step is one forward+backward region (it was cut at
-    each dropout), fused, its losses and weights CPU's within the fused tolerance."""
+def _trains_fused_as_on_cpu(make, loss_of):
+    """``make(dev)`` -> (model, optimizer, batch); 6 steps on CPU and on neuron (fused after one
+    trial): no "rng" cut, a fused launch, losses and weights CPU's within the fused tolerance."""
     def train(dev):
         torch.manual_seed(0)
-        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.GELU(),
-                                torch.nn.Linear(16, 4), torch.nn.Dropout(0.1)).to(dev)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-        x, y = torch.randn(32, 8).to(dev), torch.randint(0, 4, (32,)).to(dev)
+        model, opt, batch = make(dev)
         losses = []
         for _ in range(6):
-            loss = F.cross_entropy(m(x), y)
+            loss = loss_of(model, batch)
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        return losses, m[0].weight.detach().cpu()
+        return losses, [p.detach().cpu() for p in model.parameters()]
     want = train("cpu")
     with knobs.TRIALS.scoped(1):
         got = train("neuron")
     stats = runtime.stats()
     assert "rng" not in stats["flushes"] and stats["launches_fused"] >= 1
     assert got[0] == pytest.approx(want[0], rel=1e-4)
-    assert torch.allclose(got[1], want[1], rtol=1e-3, atol=1e-4)
+    for g, w in zip(got[1], want[1]):
+        assert torch.allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+def test_dropout_training_fuses_and_matches_cpu():
+    """A dropout MLP trained with AdamW: the step is one forward+backward region (it was cut at
+    each dropout), fused, its losses and weights CPU's within the fused tolerance."""
+    def make(dev):
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.GELU(),
+                                torch.nn.Linear(16, 4), torch.nn.Dropout(0.1)).to(dev)
+        x, y = torch.randn(32, 8).to(dev), torch.randint(0, 4, (32,)).to(dev)
+        return m, torch.optim.AdamW(m.parameters(), lr=1e-2), (x, y)
+    _trains_fused_as_on_cpu(make, lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+
+
+def _noisy_step(x, lin, cpu_draws):
+    h = lin(x).tanh()
+    noise = torch.randn(h.shape, device=h.device)            # a factory on the device
+    jitter = torch.rand_like(x)                               # *_like of a non-pending input
+    cpu_draws.append(torch.randn(2))                          # the host generator, meanwhile
+    return ((h + 0.1 * noise).sum(1) + lin(x + jitter).sum(1)).square().sum()
+
+
+def test_random_factories_are_drawn_at_the_call_without_a_cut(compile_off):
+    """``torch.randn(shape, device=...)`` and ``rand_like`` of a tensor whose value is there run
+    at the call, the queue left as it is: no "rng" flush, the step one region, and every draw
+    (theirs and the CPU ones between them) eager's."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 5)
+    x = torch.randn(4, 6)
+    dlin, dx = lin.to("neuron"), x.to("neuron")
+    results = {}
+    for mode in ("eager", "adaptive"):
+        with neuron_lab.mode(mode):
+            torch.manual_seed(1)          # the device's random ops draw on the host generator
+            draws, got = [], []
+            for _ in range(4):
+                got.append(_noisy_step(dx, dlin, draws).item())
+            results[mode] = (draws, got)
+    stats = runtime.stats()
+    assert "rng" not in stats["flushes"] and stats["hits"] >= 2
+    (want_draws, want), (draws, got) = results["eager"], results["adaptive"]
+    for a, b in zip(draws, want_draws):
+        assert torch.equal(a, b)
+    assert got == want
+
+
+def test_random_ops_reading_or_writing_tensors_still_end_the_segment(compile_off):
+    """``bernoulli(p)`` reads a value a queued op computes and ``normal_`` writes a tensor a
+    queued op reads: each still ends the segment; ``randn_like`` of a pending tensor does not
+    (it reads metadata only). Values stay eager's."""
+    x = torch.rand(8).to("neuron")
+    with neuron_lab.mode("adaptive"):
+        torch.manual_seed(3)
+        p = (x * 0.5).clamp(0, 1)                             # queued
+        b = torch.bernoulli(p)
+        y = x * 2.0                                           # queued, reads x
+        x2 = x.clone().normal_()
+        z = torch.randn_like(y * 3.0)                         # of a pending tensor
+        got = [t.cpu() for t in (b, y, x2, z)]
+    flushes = runtime.stats()["flushes"]
+    with neuron_lab.mode("eager"):
+        torch.manual_seed(3)
+        p = (x * 0.5).clamp(0, 1)
+        want = [torch.bernoulli(p), x * 2.0, x.clone().normal_(), torch.randn_like(x * 2.0 * 3.0)]
+    assert flushes.get("rng", 0) == 2
+    for g, w in zip(got, want):
+        assert torch.equal(g, w.cpu())
+
+
+def _vae_loss(vae, x):
+    enc, dec = vae
+    mu, logvar = enc(x).chunk(2, dim=1)
+    std = (0.5 * logvar).exp()
+    z = mu + std * torch.randn_like(std)                      # the reparameterization trick
+    recon = F.mse_loss(dec(z), x, reduction="sum")
+    kl = -0.5 * (1 + logvar - mu.square() - logvar.exp()).sum()
+    return recon + kl
+
+
+def test_vae_training_with_randn_like_fuses_and_matches_cpu():
+    """A VAE's ``randn_like(std)`` (``std`` pending: computed in the same step) is drawn at the
+    call on a stand-in: the step is one forward+backward region, fused, and its losses and
+    weights are CPU's within the fused tolerance."""
+    def make(dev):
+        vae = torch.nn.ModuleList([
+            torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8)),
+            torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 12)),
+        ]).to(dev)
+        return vae, torch.optim.Adam(vae.parameters(), lr=1e-2), torch.randn(32, 12).to(dev)
+    _trains_fused_as_on_cpu(make, _vae_loss)

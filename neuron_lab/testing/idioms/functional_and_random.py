@@ -87,3 +87,39 @@ def init_and_fork_rng(dev):
         torch.randn(3, device=dev)
     after = torch.randn(3, device=dev)
     return {"w": w, "b": b, "after": after}
+
+
+class _VAE(nn.Module):
+    """PyTorch examples' VAE (vae/main.py), smaller: 64 -> 32 -> 8 latent dims."""
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc21, self.fc22 = nn.Linear(64, 32), nn.Linear(32, 8), nn.Linear(32, 8)
+        self.fc3, self.fc4 = nn.Linear(8, 32), nn.Linear(32, 64)
+
+    def forward(self, x):
+        h1 = F.relu(self.fc1(x))
+        mu, logvar = self.fc21(h1), self.fc22(h1)
+        std = torch.exp(0.5 * logvar)
+        eps = torch.randn_like(std)                    # reparameterize: a draw every step
+        z = mu + eps * std
+        return torch.sigmoid(self.fc4(F.relu(self.fc3(z)))), mu, logvar
+
+
+@idiom("VAE with the reparameterization trick (PyTorch examples): randn_like every step, Adam")
+def vae_reparameterization(dev):
+    x = torch.rand(32, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = _VAE().to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(0, 32, 8):
+        batch = x[i:i + 8].to(dev)
+        recon, mu, logvar = model(batch)
+        bce = F.binary_cross_entropy(recon, batch, reduction="sum")
+        kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+        loss = bce + kld
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return {"losses": losses, "fc4": model.fc4.weight.detach()}
