@@ -25,6 +25,10 @@ DATA_DEPENDENT = frozenset({
 TRANSFER = frozenset({"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "to", "set_"})
 # Indexing accepts CPU index tensors on accelerators (as CUDA does).
 MIXED_OK = TRANSFER | frozenset({"index", "index_put_", "index_put", "_index_put_impl_"})
+# Ops that write arguments their schemas do not mark as written (a training batch norm's
+# running statistics): never on the direct kernel, which may run a call again on its Python
+# path after the host op ran (an output past the capacity).
+UNDECLARED_WRITES = frozenset({"native_batch_norm", "batch_norm_update_stats"})
 # Packed sequences keep their lengths/batch sizes on the CPU on every device (PyTorch requires
 # it), so these overloads take one CPU tensor among device tensors, as on CUDA.
 MIXED_OK_OVERLOADS = frozenset({
@@ -123,7 +127,8 @@ class OpFacts:
                         and self.base != "index")
         if (gap is not None or self.per_call and not dropout_only
                 or self.sizer is not None and not self.direct_size
-                or self.zero_tensor or self.has_device_kw or self.written_kw):
+                or self.zero_tensor or self.has_device_kw or self.written_kw
+                or self.base in UNDECLARED_WRITES):
             return None
         if (self.n_returns > 1 and all(str(r.type) == "Tensor" for r in schema.returns)
                 and not any(self.ret_alias) and not self.mutates):

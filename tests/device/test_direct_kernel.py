@@ -236,6 +236,22 @@ def test_several_outputs_past_the_capacity_raise_and_nothing_stays_counted():
     assert torch.neuron.memory_allocated() == base
 
 
+def test_a_batch_norm_past_the_capacity_updates_its_running_stats_once():
+    """``native_batch_norm`` writes its running statistics though its schema does not say so:
+    it stays off the direct kernel, whose Python-path retry after an output past the capacity
+    would update them twice (opinfo.UNDECLARED_WRITES)."""
+    bn = torch.nn.BatchNorm1d(64)
+    x = torch.randn(4096, 64)
+    dbn, dx = torch.nn.BatchNorm1d(64).to("neuron"), x.to("neuron")
+    base = torch.neuron.memory_allocated()
+    with config.HBM_GB.scoped((base + (512 << 10)) / (1 << 30)):   # not the 1 MiB output
+        with pytest.raises(torch.OutOfMemoryError):
+            dbn(dx)
+    bn(x)                                                          # one update, on the CPU
+    assert torch.equal(dbn.running_mean.cpu(), bn.running_mean)
+    assert torch.equal(dbn.running_var.cpu(), bn.running_var)
+
+
 def test_past_the_capacity_the_python_path_raises_and_nothing_is_counted():
     n = torch.randn(1 << 20).to("neuron")                       # 4 MiB
     base = torch.neuron.memory_allocated()
