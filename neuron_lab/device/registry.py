@@ -180,7 +180,8 @@ def _read_by_choice(t):
 _SDP_SETTINGS = tuple(getattr(torch._C, name) for name in (
     "_get_flash_sdp_enabled", "_get_math_sdp_enabled", "_get_mem_efficient_sdp_enabled",
     "_get_cudnn_sdp_enabled", "_get_overrideable_sdp_enabled", "_get_sdp_priority_order")
-    if hasattr(torch._C, name)) + (torch.is_grad_enabled, torch.are_deterministic_algorithms_enabled)
+    if hasattr(torch._C, name)) + (torch.is_grad_enabled,
+                                   torch.are_deterministic_algorithms_enabled)
 _choices: dict = {}
 
 

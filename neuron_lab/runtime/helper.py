@@ -32,8 +32,10 @@ to hours on some graphs (a chain of 50 transposes and reshapes: each view nests 
 expressions of the one before), and one such region would hold the helper, so no later region
 of the process would compile. Past the limit the helper is killed (the next compile starts a
 new one) and the region fails with ``CompileTimeout``: it stays per-op, and it is not
-compiled in the user's process, where the same compile would hold the GIL as long. The helper costs ~380 MiB of resident memory
-(torch and inductor imported) and ~4 s of start-up on another core before the first compile.
+compiled in the user's process, where the same compile would hold the GIL as long.
+
+The helper costs ~380 MiB of resident memory (torch and inductor imported) and ~4 s of
+start-up on another core before the first compile.
 """
 from __future__ import annotations
 

@@ -404,7 +404,8 @@ void init_direct(py::module_& m) {
         py::arg("dropout_arg"), py::arg("generic"),
         "Register the direct eager kernel for aten op `name` under PrivateUse1; kind 0: it "
         "returns a new tensor, 1: a view of argument `arg`, 2: argument `arg`, written in "
-        "place, 3: several new tensors; `dtype_arg`: the position of its keyword-only dtype argument, or -1; "
+        "place, 3: several new tensors; `dtype_arg`: the position of its keyword-only dtype "
+        "argument, or -1; "
         "`size`: 0, or how a new tensor's bytes are checked before the host allocates them "
         "(1: argument 0's, 2: argument 0's tensors', sizing.DIRECT_SIZED); `dropout_arg`: "
         "the position of a dropout_p argument (the kernel runs calls where it is 0), or -1; "
