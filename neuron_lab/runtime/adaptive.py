@@ -31,7 +31,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import weakref
 
 import torch
 
@@ -43,7 +42,7 @@ from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
-                     out_plan, rebuild, record_run, ref, rekey)
+                     out_plan, rebuild, record_run, ref, rekey, weak_ref)
 
 Tensor = torch.Tensor
 _execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
@@ -51,7 +50,7 @@ _executed = tracking.executed
 _pending = native.twin("pending", shell.pending)       # C twins: deferral_shells.cpp (_defer's
 _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
-_wref = weakref.ref
+_wref = weak_ref               # record.weak_ref: c10 weak pointers where the extension is built
 _tuple_new = tuple.__new__
 _PLAIN = policy.PLAIN          # {OpFacts: policy.plain(f)}
 

@@ -60,6 +60,9 @@ def ref(pos: int, k: int) -> Ref:
 
 
 _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2 us per record
+# A pending output's weak reference: c10's weak pointer, not a cycle-collected weakref, where the
+# extension is built (csrc/weak_outputs.cpp); both are called alike, ``w()``.
+weak_ref = native.twin("weak_ref", weakref.ref)
 
 
 class Produced(NamedTuple):
@@ -68,7 +71,7 @@ class Produced(NamedTuple):
     from a new one reusing the id, and the argument template naming it."""
     pos: int
     k: int
-    obj: weakref.ref
+    obj: Any                  # weak_ref(tensor or storage)
     ref: Ref
 
 
@@ -82,7 +85,7 @@ def _by_storage(a: Tensor, producers: dict):
     p = producers.get(id(st))
     if p is None or p.obj() is not st:
         return None
-    producers[id(a)] = _tuple_new(Produced, (p.pos, p.k, weakref.ref(a), p.ref))
+    producers[id(a)] = _tuple_new(Produced, (p.pos, p.k, weak_ref(a), p.ref))
     return p
 
 
@@ -272,8 +275,8 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
 
 
 class QueuedOp(NamedTuple):
-    """One op call in the queue. ``outs``: per flattened output, None or (tensor weakref,
-    storage weakref) of a pending output (a list, updated in place); ``metas``: their OutMeta
+    """One op call in the queue. ``outs``: per flattened output, None or (tensor weak_ref,
+    storage weak_ref) of a pending output (a list, updated in place); ``metas``: their OutMeta
     (None where an output is not a tensor); ``structure``: how to rebuild the op's return
     value; ``where``: tracking.user_frame_token of the user's line; ``plan``: the trie node's
     OutSpecs for a deferred op (None for a captured one, whose outputs exist). A tuple: the
@@ -318,9 +321,9 @@ def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: 
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
-            producers[id(t)] = _tuple_new(Produced, (pos, k, weakref.ref(t), r))
+            producers[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), r))
             st = t.untyped_storage()
-            producers[id(st)] = _tuple_new(Produced, (pos, k, weakref.ref(st), r))
+            producers[id(st)] = _tuple_new(Produced, (pos, k, weak_ref(st), r))
 
 
 def rebuild(structure, outs: list):

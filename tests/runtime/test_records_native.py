@@ -1,7 +1,8 @@
 """The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
 
 ``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values``,
-``packed_scalars`` and ``host_inputs`` are each compared with the Python function of the same
+``packed_scalars``, ``host_inputs`` and ``weak_ref`` (csrc/weak_outputs.cpp, ``weakref.ref``'s
+stand-in for pending outputs) are each compared with the Python function of the same
 name and ``_py`` suffix on real op outputs; the whole engine with and without the extension is compared on a Transformers model
 in test_fastpath.py.
 """
@@ -85,18 +86,53 @@ def test_live_outputs_equals_the_python_reference():
         alive = [torch.zeros(2).to("neuron") for _ in range(3)]
         dead = torch.zeros(2).to("neuron")
     pair = lambda t: (weakref.ref(t), weakref.ref(t.untyped_storage()))  # noqa: E731
+    c_pair = lambda t: (ext.weak_ref(t), ext.weak_ref(t.untyped_storage()))  # noqa: E731
     dead_pair = pair(dead)
     copy = alive[2].detach()                           # a shallow copy keeps the storage alive
-    storage_only = (weakref.ref(torch.zeros(1)), weakref.ref(copy.untyped_storage()))
+    storage_only = (weakref.ref(torch.zeros(1)), ext.weak_ref(copy.untyped_storage()))
     del dead
     gc.collect()
     records = _records_with_outs([[pair(alive[0]), None], [dead_pair], [],
-                                  [None, pair(alive[1]), storage_only]])
+                                  [None, c_pair(alive[1]), storage_only]])
     want = pending.live_outputs_py(records)
     assert want == {(0, 0), (3, 1), (3, 2)}
     assert ext.live_outputs(records) == want
     with pytest.raises(TypeError, match="live_outputs"):
         ext.live_outputs(_records_with_outs([[("not", "weakrefs")]]))
+
+
+def test_weak_ref_answers_as_a_weakref_does():
+    """``weak_ref`` (a c10 weak pointer) against ``weakref.ref`` on the cases a pending output
+    meets: alive, dead, kept alive only from C++ (a view's base: PyTorch keeps its one Python
+    object), a storage outliving its tensor (a shallow copy), and identity tests."""
+    with rt.mode("eager"):
+        t = torch.ones(4, device="neuron")
+        view = t[:2]
+        copy = t.detach()
+        st = t.untyped_storage()
+        pairs = [(ext.weak_ref(o), weakref.ref(o)) for o in (t, st)]
+        base_id = id(t)
+        for w, py in pairs:
+            assert w() is py() is not None
+        del t
+        gc.collect()
+        for w, py in pairs:                       # the view's base keeps the tensor's object
+            assert w() is py() is not None
+        assert id(pairs[0][0]()) == base_id and view._base is pairs[0][0]()
+        del view
+        gc.collect()
+        assert pairs[0][0]() is None and pairs[0][1]() is None
+        assert pairs[1][0]() is st                # the storage: still the shallow copy's
+        del st
+        assert pairs[1][0]() is copy.untyped_storage()
+        other = torch.ones(4, device="neuron")
+        assert pairs[1][0]() is not other.untyped_storage()
+        del copy
+        gc.collect()
+        assert pairs[1][0]() is None and pairs[1][1]() is None
+        with pytest.raises(TypeError, match="tensor or a storage"):
+            ext.weak_ref([1])
+        assert not gc.is_tracked(ext.weak_ref(other)) and "Tensor" in repr(ext.weak_ref(other))
 
 
 def test_scalar_values_equals_the_python_reference():

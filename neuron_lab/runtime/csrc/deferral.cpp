@@ -17,7 +17,8 @@
 //   record   QueuedOp(facts, templates, kwarg templates, node.key, [(tensor ref, storage ref)],
 //            node.metas, "t", node.where, node.plan), made like tuple.__new__ makes it (the
 //            trie node's key object: the op's own equal key dies at once);
-//   producer Produced(pos, 0, weakref, Ref) under id(tensor) and id(storage).
+//   producer Produced(pos, 0, weak_ref, Ref) under id(tensor) and id(storage)
+//            (weak_outputs.cpp: c10 weak pointers, not Python weakrefs).
 //
 // What a deferred op keeps until its region launches (and what capture keeps for good) is
 // taken off the cycle collector's lists (``untracked``, python_objects.h): none of it can be
@@ -41,6 +42,7 @@
 
 #include "deferral.h"
 #include "records.h"   // set_producer
+#include "weak_outputs.h"
 
 #include <structmember.h>   // after Python.h (deferral.h): PyMemberDescrObject, T_OBJECT_EX
 
@@ -171,8 +173,8 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
   if (!new_shell(size, stride, offset, dtype, dense, t, &st)) return false;
   // shell.pending's two attributes
   bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(*t, s_d) != nullptr;
-  PyObject* tr = ok ? untracked(PyWeakref_NewRef(*t, nullptr)) : nullptr;
-  PyObject* sr = tr ? untracked(PyWeakref_NewRef(st, nullptr)) : nullptr;
+  PyObject* tr = ok ? weak_ref(*t) : nullptr;
+  PyObject* sr = tr ? weak_ref(st) : nullptr;
   ok = sr != nullptr;
   if (ok && queueable) {
     PyObject* pos_obj = PyLong_FromSsize_t(pos);

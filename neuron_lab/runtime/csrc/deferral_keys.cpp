@@ -12,6 +12,7 @@
 
 #include "deferral.h"
 #include "records.h"   // set_producer
+#include "weak_outputs.h"   // weak_is
 
 namespace py = pybind11;
 
@@ -26,7 +27,7 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
   PyObject* id = PyLong_FromVoidPtr(a);
   if (id == nullptr) return nullptr;
   PyObject* p = PyDict_GetItemWithError(producers, id);   // borrowed
-  if (p != nullptr && PyTuple_GET_SIZE(p) == 4 && PyWeakref_GetObject(PyTuple_GET_ITEM(p, 2)) == a) {
+  if (p != nullptr && PyTuple_GET_SIZE(p) == 4 && weak_is(PyTuple_GET_ITEM(p, 2), a)) {
     Py_DECREF(id);
     return p;
   }
@@ -50,7 +51,7 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
   PyObject* sid = PyLong_FromVoidPtr(st);
   p = sid ? PyDict_GetItemWithError(producers, sid) : nullptr;
   Py_XDECREF(sid);
-  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || PyWeakref_GetObject(PyTuple_GET_ITEM(p, 2)) != st) {
+  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || !weak_is(PyTuple_GET_ITEM(p, 2), st)) {
     Py_DECREF(st);
     Py_DECREF(id);
     return nullptr;

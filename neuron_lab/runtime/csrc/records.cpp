@@ -5,7 +5,7 @@
 //   record_run(facts, targs, tkw, key, out, where, records, producers)   record.record_run
 //       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None],
 //       (OutMeta,), "t", where, None) appended to ``records``, and the producer entries
-//       Produced(pos, 0, weakref, ref(pos, 0)) of the output and of its storage. Only a single
+//       Produced(pos, 0, weak_ref, ref(pos, 0)) of the output and of its storage. Only a single
 //       plain tensor output here; any other return value goes to the Python function.
 //   live_outputs(records)                                                  pending.live_outputs
 //       {(op, output)} whose pending storage is still alive.
@@ -31,6 +31,7 @@
 
 #include "python_objects.h"   // device/csrc: intern, hold
 #include "records.h"
+#include "weak_outputs.h"
 
 namespace py = pybind11;
 
@@ -68,7 +69,7 @@ PyObject* int_tuple(c10::IntArrayRef v) {
 
 bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
                   PyObject* k, PyObject* wr, PyObject* r) {
-  wr = wr != nullptr ? Py_NewRef(wr) : untracked(PyWeakref_NewRef(o, nullptr));
+  wr = wr != nullptr ? Py_NewRef(wr) : weak_ref(o);
   if (wr == nullptr) return false;
   PyObject* items[4] = {Py_NewRef(pos), Py_NewRef(k), wr, Py_NewRef(r)};
   PyObject* entry = untracked(named(produced, 4, items));
@@ -162,13 +163,15 @@ PyObject* live_outputs(PyObject*, PyObject* records) {
       if (pair == Py_None) continue;
       PyObject* sr = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
                          ? PyTuple_GET_ITEM(pair, 1) : nullptr;
-      if (sr == nullptr || !PyWeakref_CheckRef(sr)) {
+      int is_alive = sr != nullptr ? weak_alive(sr) : -1;
+      if (is_alive < 0) {
         Py_DECREF(live);
+        PyErr_Clear();
         PyErr_SetString(PyExc_TypeError,
-                        "neuron_lab: live_outputs: an output must be None or (weakref, weakref)");
+                        "neuron_lab: live_outputs: an output must be None or (weak ref, weak ref)");
         return nullptr;
       }
-      if (PyWeakref_GetObject(sr) == Py_None) continue;
+      if (!is_alive) continue;
       PyObject* ik = Py_BuildValue("(nn)", i, k);
       if (ik == nullptr || PySet_Add(live, ik) < 0) {
         Py_XDECREF(ik);

@@ -22,6 +22,7 @@
 
 #include "python_objects.h"   // device/csrc: intern
 #include "records.h"          // host_of
+#include "weak_outputs.h"     // weak_object
 
 namespace py = pybind11;
 
@@ -127,16 +128,19 @@ PyObject* flatten(PyObject* out) {
   return res;
 }
 
-// pending.alive: the pending tensor behind (tensor weakref, storage weakref), or a live alias
-// of its storage; borrowed, or nullptr
+// pending.alive: the pending tensor behind (tensor weak ref, storage weak ref), or a live alias
+// of its storage. A new reference; nullptr with no exception set where neither is alive, or
+// with one set.
 PyObject* alive(PyObject* pair) {
   if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) return nullptr;
-  PyObject* t = PyWeakref_GetObject(PyTuple_GET_ITEM(pair, 0));
+  PyObject* t = weak_object(PyTuple_GET_ITEM(pair, 0));
   if (t != Py_None) return t;
+  Py_DECREF(t);
   PyObject* sr = PyTuple_GET_ITEM(pair, 1);
   if (sr == Py_None) return nullptr;
-  PyObject* st = PyWeakref_GetObject(sr);
-  return st == Py_None ? nullptr : st;
+  PyObject* st = weak_object(sr);
+  if (st == Py_None) Py_CLEAR(st);
+  return st;
 }
 
 // Mark the raised exception with the op that raised it: e.neuron_lab_failed = (i, rec).
@@ -190,8 +194,11 @@ PyObject* run_one(Py_ssize_t i, PyObject* rec, const Call& c, PyObject* fill) {
     PyObject* h = PyList_GET_ITEM(houts, k);
     if (pair == Py_None || h == Py_None) continue;
     PyObject* tgt = alive(pair);
-    if (tgt == nullptr) continue;
-    Py_INCREF(tgt);
+    if (tgt == nullptr) {
+      if (!PyErr_Occurred()) continue;
+      Py_DECREF(houts);
+      return nullptr;
+    }
     PyObject* r = PyObject_CallFunctionObjArgs(fill, tgt, h, nullptr);
     Py_DECREF(tgt);
     if (r == nullptr) {

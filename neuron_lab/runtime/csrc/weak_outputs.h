@@ -1,0 +1,24 @@
+// Weak references to a pending output's tensor and storage without Python weakrefs
+// (weak_outputs.cpp). A record's output pair and a producer entry hold one per object.
+#pragma once
+#include <Python.h>
+
+namespace neuron_lab {
+
+// A weak reference to ``o`` (a torch.Tensor or torch.UntypedStorage): c10's weak pointer to its
+// TensorImpl or StorageImpl in a Python object the cycle collector never sees, called like a
+// ``weakref.ref`` (``w()``: the object, or None once it died). A new reference, or nullptr with
+// an exception set (any other object).
+PyObject* weak_ref(PyObject* o);
+
+// What ``w`` (a weak_ref or a weakref.ref) refers to: a new reference, Py_None (new) once it
+// died, or nullptr with an exception set.
+PyObject* weak_object(PyObject* w);
+
+// Does ``w`` (a weak_ref or a weakref.ref) refer to ``o``, which is alive? Makes no reference.
+bool weak_is(PyObject* w, PyObject* o);
+
+// Is what ``w`` refers to alive? 1 or 0; -1 with an exception set (``w`` neither kind).
+int weak_alive(PyObject* w);
+
+}  // namespace neuron_lab
