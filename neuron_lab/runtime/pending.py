@@ -1,10 +1,12 @@
 """Pending outputs: which of a region's handed-out tensors are still alive, and giving them values.
 
 A deferred op's outputs are pending shells (``shell.pending``); the record keeps a weak pair
-(tensor, storage) per output. When the region runs — per-op (``replay``) or fused (``fused``) —
-every pending tensor still alive receives its host value; dead ones are skipped (a fused program
-does not even compute them). A C++ shallow copy (``.data``, autograd's saved outputs) can outlive
-the Python object: then only the storage is alive, and it gets the bytes.
+(tensor, storage) per output (``record.weak_ref``: c10 weak pointers where the runtime's
+extension is built, ``weakref.ref`` otherwise; both are called, ``w()``). When the region runs
+— per-op (``replay``) or fused (``fused``) — every pending tensor still alive receives its host
+value; dead ones are skipped (a fused program does not even compute them). A C++ shallow copy
+(``.data``, autograd's saved outputs) can outlive the Python object: then only the storage is
+alive, and it gets the bytes.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ Tensor = torch.Tensor
 
 
 def alive(ref_pair) -> Tensor | None:
-    """The pending tensor behind (tensor weakref, storage weakref), or a live alias of its storage."""
+    """The pending tensor behind (tensor weak_ref, storage weak_ref), or a live alias of its
+    storage."""
     if ref_pair is None:
         return None
     t = ref_pair[0]()
@@ -28,7 +31,8 @@ def alive(ref_pair) -> Tensor | None:
 
 
 def unfilled(ref_pair) -> bool:
-    """Is the pending output behind (tensor weakref, storage weakref) alive and without a value?"""
+    """Is the pending output behind (tensor weak_ref, storage weak_ref) alive and without a
+    value?"""
     t = ref_pair[0]()
     if t is not None:
         return t.__dict__.get("_d", 0) is None

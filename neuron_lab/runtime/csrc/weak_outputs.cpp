@@ -66,8 +66,8 @@ PyObject* weak_call(PyObject* self, PyObject* args, PyObject* kwargs) {
 
 PyObject* weak_repr(PyObject* self) {
   auto* w = reinterpret_cast<WeakRef*>(self);
-  return PyUnicode_FromFormat("<neuron_lab WeakRef to %s%s>", w->tensor ? "Tensor" : "UntypedStorage",
-                              expired(w) ? " (dead)" : "");
+  return PyUnicode_FromFormat("<neuron_lab WeakRef to %s%s>",
+                              w->tensor ? "Tensor" : "UntypedStorage", expired(w) ? " (dead)" : "");
 }
 
 PyTypeObject WeakRefType = [] {
