@@ -50,7 +50,6 @@ _executed = tracking.executed
 _pending = native.twin("pending", shell.pending)       # C twins: deferral_shells.cpp (_defer's
 _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
-_wref = weak_ref               # record.weak_ref: c10 weak pointers where the extension is built
 _tuple_new = tuple.__new__
 _PLAIN = policy.PLAIN          # {OpFacts: policy.plain(f)}
 
@@ -226,7 +225,7 @@ class Engine:
                 t = (_pending_dense(m.size, m.dtype) if spec.dense
                      else _pending(m.size, m.stride, m.dtype, m.offset))
                 st = t.untyped_storage()
-                tr, sr = _wref(t), _wref(st)
+                tr, sr = weak_ref(t), weak_ref(st)
                 outs.append(t)
                 pairs.append((tr, sr))
                 if spec.queueable:
@@ -247,7 +246,7 @@ class Engine:
         for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
-                prod[id(t)] = _tuple_new(Produced, (pos, k, _wref(t), ref(pos, k)))
+                prod[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), ref(pos, k)))
         rec = _tuple_new(QueuedOp, (f, targs, tkw, key, pairs, nxt.metas, nxt.structure,
                                     nxt.where, plan))
         self.records.append(rec)
@@ -276,7 +275,7 @@ class Engine:
         else:
             t = _pending(fast.size, fast.stride, fast.dtype, fast.offset)
             st = t.untyped_storage()
-        tr, sr = _wref(t), _wref(st)
+        tr, sr = weak_ref(t), weak_ref(st)
         if fast.queueable:
             prod = self.producers
             prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))

@@ -1,9 +1,9 @@
 """The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
 
 ``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values``,
-``packed_scalars``, ``host_inputs`` and ``weak_ref`` (csrc/weak_outputs.cpp, ``weakref.ref``'s
-stand-in for pending outputs) are each compared with the Python function of the same
-name and ``_py`` suffix on real op outputs; the whole engine with and without the extension is compared on a Transformers model
+``packed_scalars`` and ``host_inputs`` are each compared with the Python function of the same
+name and ``_py`` suffix on real op outputs, and ``weak_ref`` (csrc/weak_outputs.cpp, the
+pending outputs' weak references) with ``weakref.ref``; the whole engine with and without the extension is compared on a Transformers model
 in test_fastpath.py.
 """
 import gc

@@ -215,12 +215,10 @@ struct Direct final : c10::OperatorKernel {
     if (kind == Kind::kTuple) return wrap_all(host, op.schema().returns().size(), n, stack);
     if (host.size() != 1 || !host[0].isTensor()) return false;
     const at::Tensor& out = host[0].toTensor();
-    if (!out.defined() || !out.device().is_cpu() || out.layout() != c10::kStrided) return false;
+    if (!out.defined() || !wrappable(out)) return false;
     at::Tensor t;
     if (kind == Kind::kNew) {
-      if (count_storage(out.storage().unsafeGetStorageImpl(),
-                        g_capacity.load(std::memory_order_relaxed)) == -1)
-        return false;   // past the capacity: the Python path raises OutOfMemoryError
+      if (!counted(out)) return false;   // past the capacity: the Python path raises OOM
       t = wrap(out);
     } else if (out.storage().unsafeGetStorageImpl() !=
                bound_host(*base->storage().unsafeGetStorageImpl())) {
@@ -241,6 +239,17 @@ struct Direct final : c10::OperatorKernel {
     return true;
   }
 
+  // A host output the kernel can hand out as a neuron tensor: a CPU strided tensor.
+  static bool wrappable(const at::Tensor& h) {
+    return h.device().is_cpu() && h.layout() == c10::kStrided;
+  }
+
+  // `h`'s storage counted as device memory; false (nothing counted) past the capacity.
+  static bool counted(const at::Tensor& h) {
+    return count_storage(h.storage().unsafeGetStorageImpl(),
+                         g_capacity.load(std::memory_order_relaxed)) != -1;
+  }
+
   // kTuple's outputs: each new host tensor counted and wrapped (an undefined one stays
   // undefined, as the Python path's None), then the `n` arguments replaced by them on `stack`.
   // False (nothing on the stack changed): not that many tensors, one not a CPU strided tensor,
@@ -251,13 +260,11 @@ struct Direct final : c10::OperatorKernel {
     for (const c10::IValue& v : host) {
       if (!v.isTensor()) return false;
       const at::Tensor& h = v.toTensor();
-      if (h.defined() && (!h.device().is_cpu() || h.layout() != c10::kStrided)) return false;
+      if (h.defined() && !wrappable(h)) return false;
     }
-    const int64_t capacity = g_capacity.load(std::memory_order_relaxed);
     for (const c10::IValue& v : host) {
       const at::Tensor& h = v.toTensor();
-      if (h.defined() && count_storage(h.storage().unsafeGetStorageImpl(), capacity) == -1)
-        return false;
+      if (h.defined() && !counted(h)) return false;
     }
     torch::jit::drop(*stack, n);
     for (const c10::IValue& v : host) {
