@@ -12,6 +12,10 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
 - ``pending_bytes()``: the bytes of the pending outputs still alive (``memory``: they count in
   ``memory_allocated()`` though nothing is allocated for them yet).
 
+A runtime that launches work on a thread of its own (the adaptive runtime's launch queue) also
+gives ``settle()``: wait until that work has run. ``shell.host`` calls it before handing out a
+host tensor, since a queued launch may still write it in place (an optimizer's update).
+
 The four are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
 
@@ -31,6 +35,7 @@ class Runtime(Protocol):
     def flush(self, reason: str) -> None: ...
     def materialize(self, shell) -> Any: ...
     def pending_bytes(self) -> int: ...
+    # optional: def settle(self) -> None: wait for work launched on a thread of the runtime's
 
 
 def _no_flush(reason: str) -> None:
@@ -46,10 +51,15 @@ def _no_pending() -> int:
     return 0
 
 
+def _settled() -> None:
+    return None
+
+
 launch = None                  # None: every op runs at once (kernels.execute)
 flush = _no_flush
 materialize = _no_materialize
 pending_bytes = _no_pending
+settle = _settled
 direct = True                  # may direct ops run at once without calling launch?
 _switch = None                 # the native kernels' switch (registry connects it)
 
@@ -57,12 +67,14 @@ _switch = None                 # the native kernels' switch (registry connects i
 def install(runtime: Runtime | None) -> None:
     """Route the device's four calls to ``runtime`` (None: back to running ops at once).
     Installing a runtime turns ``direct`` off until the runtime turns it on."""
-    global launch, flush, materialize, pending_bytes
+    global launch, flush, materialize, pending_bytes, settle
     if runtime is None:
         launch, flush, materialize, pending_bytes = None, _no_flush, _no_materialize, _no_pending
+        settle = _settled
     else:
         launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize
         pending_bytes = runtime.pending_bytes
+        settle = getattr(runtime, "settle", _settled)
     run_directly(runtime is None)
 
 

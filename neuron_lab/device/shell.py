@@ -202,7 +202,15 @@ def is_pending(s: torch.Tensor) -> bool:
 
 
 def host(s: torch.Tensor) -> torch.Tensor:
-    """The host tensor holding ``s``'s value (materializing a pending value)."""
+    """The host tensor holding ``s``'s value (materializing a pending value), once the launches
+    the runtime queued on the device have run (``seam.settle``: one may write it in place)."""
+    seam.settle()
+    return host_now(s)
+
+
+def host_now(s: torch.Tensor) -> torch.Tensor:
+    """``host`` for a launch itself (the device's thread, or a launch the host runs after the
+    queue): what the launches before it left."""
     try:
         d = s._d
     except AttributeError:

@@ -48,6 +48,8 @@ def _follow_mode() -> None:
         eager = knobs.MODE.get() == "eager"
     except ConfigError:         # a bad NEURON_LAB_MODE: raised where the mode is read
         eager = False
+    if eager:
+        engine.queue.wait()     # the device's C++ kernels run eager ops after queued launches
     seam.run_directly(eager and not engine.records)
 
 
@@ -62,7 +64,7 @@ def _optimizer_step_boundary(*_):
     step on, with no sync and no ``mark_step()``; a re-run notebook cell finds the steps its
     first run cached, although that run's first step also created the optimizer's state."""
     if engine.records:
-        engine.flush("optimizer-step")
+        engine.flush("optimizer-step", wait=False)   # nothing reads a value here
 
 
 _optim.register_optimizer_step_pre_hook(_optimizer_step_boundary)
@@ -136,7 +138,7 @@ class EngineState:
         self.attrs = attrs
 
 
-_SHARED = ("lock", "describe")     # the engine's, whatever state it holds
+_SHARED = ("lock", "describe", "queue")     # the engine's, whatever state it holds
 
 
 def switch_state(state: EngineState | None) -> EngineState:

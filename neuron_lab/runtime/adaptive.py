@@ -25,6 +25,11 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   replay. If the ops diverge from every known path, the deferred ops are replayed per-op and the
   engine continues in capture; a long shared prefix (>= ``NEURON_LAB_MIN_SPLIT`` ops) is cut
   into a region of its own so the next divergence at the same place is a hit.
+
+A region nobody waits for (the next op left its path, ``Optimizer.step()``'s boundaries) is
+launched on the device's thread (``launch_queue``) and the host goes on; a flush for a value,
+a sync point or any op the host runs now waits for that queue first, unless the values it
+reads depend on nothing queued (``early``).
 """
 from __future__ import annotations
 
@@ -37,9 +42,11 @@ import torch
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import draws_random
-from . import blame, dropout, host_scalars, knobs, native, pending, policy, random_now, replay
+from . import blame, dropout, early, host_scalars, knobs, native, pending, policy, random_now
+from . import replay, worker
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
+from .launch_queue import Job, LaunchQueue
 from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      out_plan, rebuild, record_run, ref, rekey, weak_ref)
@@ -63,19 +70,23 @@ class Engine:
     queue in the order they were issued, which is a valid order for each thread: results equal
     each thread's eager results (tests/runtime/test_threads.py). The device model runs one thing
     at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
-    the host work of launching, not the threads' other Python."""
+    the host work of launching, not the threads' other Python. A launch queued on the device's
+    thread (``queue``) runs without the lock: it touches only its own records, their region and
+    the pending shells it fills."""
 
     describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance (kept
                                         # by runtime.reset, which refreshes the __dict__)
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.queue = LaunchQueue()
         self.cache = RegionCache()
         self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
-                           "verify_mismatches": 0})
+                           "verify_mismatches": 0, "early_values": 0})
+        self._early = 0         # the thread running a read ``early`` made independent
         self._reset()
 
     def _reset(self) -> None:
@@ -92,7 +103,7 @@ class Engine:
     # --- entry point ---------------------------------------------------------------------
     def launch(self, f, args, kwargs):
         if knobs.MODE.get() != "adaptive":
-            if self.records:
+            if self.records or self.queue.busy():
                 self.flush("mode")
                 seam.run_directly(True)     # nothing queued: the device may run ops itself
             return _execute(f, args, kwargs)
@@ -130,8 +141,9 @@ class Engine:
                 call = random_now.arguments(f, args, kwargs)
                 if call is not None:        # a factory, a *_like: drawn now, no cut
                     return self._run_now(f, *call)
-            if self.records:
-                self.flush(policy.boundary_reason(f))
+            if self.queue.busy() and early.take(self, f, args, kwargs):
+                return self._run_early(f, args, kwargs)
+            self.flush(policy.boundary_reason(f))
             return self._run_now(f, args, kwargs)
         pos = len(self.records)
         if described is None:
@@ -141,8 +153,7 @@ class Engine:
                 on_device = host_scalars.copied(f, args, kwargs)
                 if on_device is not None:          # CPU scalars: their values now, on neuron
                     return self._adaptive(f, *on_device)
-                if self.records:
-                    self.flush(policy.host_arg_reason(f))
+                self.flush(policy.host_arg_reason(f))
                 return self._run_now(f, args, kwargs)
         key, targs, tkw = described
         if self.node is not None:                       # deferring along a trie path
@@ -150,7 +161,7 @@ class Engine:
             if nxt is not None:
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
             if self.node.region is not None:            # a region ended: launch, start anew
-                self._launch(self.node.region)
+                self._launch(self.node.region, wait=False)
                 return self._adaptive(f, args, kwargs)
             self._diverge()
             key, targs, tkw = self.describe(f, args, kwargs, len(self.records), self.producers)
@@ -167,16 +178,31 @@ class Engine:
         self.headroom = 0.9 * memory.capacity() - memory.counted()
 
     def _run_now(self, f, args, kwargs):
-        self.stats["launches_per_op"] += 1
-        self.stats["ops_per_op"] += 1
+        """Run ``f`` at once: after a flush that waited for the device (a boundary), or an op
+        whose outputs are new and whose inputs are not read (a random factory: the queue may
+        still run)."""
+        worker._add("launches_per_op", 1, self.stats)   # the device's thread counts them too
+        worker._add("ops_per_op", 1, self.stats)
         return _execute(f, args, kwargs)
+
+    def _run_early(self, f, args, kwargs):
+        """Run a sync point whose values ``early`` gave now, without waiting for the queue (it
+        reads nothing a queued launch writes); the segment goes on deferring."""
+        self.stats["early_values"] += 1
+        self._early = threading.get_ident()
+        try:
+            return self._run_now(f, args, kwargs)
+        finally:
+            self._early = 0
 
     # --- capture -------------------------------------------------------------------------
     def _capture(self, f, args, kwargs, targs, tkw, key):
-        out = _execute(f, args, kwargs)
-        self.stats["launches_per_op"] += 1
-        self.stats["ops_per_op"] += 1
         pos = len(self.records)
+        if not pos:      # a capture segment runs its ops now: after the queued launches
+            self.queue.drain()
+        out = _execute(f, args, kwargs)
+        worker._add("launches_per_op", 1, self.stats)
+        worker._add("ops_per_op", 1, self.stats)
         record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
                    self.records, self.producers)                           # name the line
         cut = pos >= self.period_after and self._period(pos, key)
@@ -305,9 +331,14 @@ class Engine:
         """Bytes of this segment's pending outputs still alive and still without a value (the
         device's ``seam.pending_bytes``: they count in ``memory_allocated()``). May be called
         from another thread (the telemetry sampler): reads a snapshot of the queue."""
-        return pending.unfilled_bytes(list(self.records)) if self.queued_bytes else 0
+        n = pending.unfilled_bytes(list(self.records)) if self.queued_bytes else 0
+        if self.queue.busy():    # launches queued on the device's thread, not yet filled
+            n += pending.unfilled_bytes(self.queue.records())
+        return n
 
-    def _launch(self, region) -> None:
+    def _launch(self, region, wait: bool = True) -> None:
+        """Launch the segment as ``region``: here and now if ``wait`` (the host reads a value
+        next) or async launches are off, else queued on the device's thread."""
         recs = self.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)
@@ -315,13 +346,21 @@ class Engine:
             self.cache.hit(region)
             self._debug("hit", region.id)
             needed = pending.live_outputs(recs)
-            t_host = time.perf_counter()
-            with _range(region, "fused" if region.program is not None else "per-op"):
-                try:
-                    dt = policy.run(region, recs, needed, self.stats)
-                except Exception as e:
-                    self._explain(e, len(recs), f"region {region.id}")
-                    raise
+            if wait or not knobs.ASYNC.get() or torch.autograd.profiler._is_profiler_enabled:
+                self.queue.wait()            # in issue order (a queued error: the next drain)
+                self._run_launch(region, recs, needed)
+            else:
+                self.queue.submit(Job(lambda: self._run_launch(region, recs, needed), recs))
+
+    def _run_launch(self, region, recs: list, needed: set) -> None:
+        """Run a launched segment (per-op or fused, ``policy.run``), then maybe compile it."""
+        t_host = time.perf_counter()
+        with _range(region, "fused" if region.program is not None else "per-op"):
+            try:
+                dt = policy.run(region, recs, needed, self.stats)
+            except Exception as e:
+                self._explain(e, len(recs), f"region {region.id}")
+                raise
         events.emit(events.LAUNCH, region=region.id, ops=region.ops,
                     kind="fused" if dt[1] else "per-op", seconds=time.perf_counter() - t_host)
         policy.maybe_compile(region, recs, needed, self.stats)
@@ -329,6 +368,7 @@ class Engine:
     def _diverge(self) -> None:
         """The deferred ops left every known path: run them per-op, continue capturing."""
         recs, node = self.records, self.node
+        self.queue.wait()                    # its per-op replay runs here, after the queue
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             if node.depth >= knobs.MIN_SPLIT.get() and node.depth == len(recs):
                 self.cache.insert(recs)
@@ -339,29 +379,33 @@ class Engine:
                 self._explain(e, len(recs), "a deferred segment")
                 self._reset()
                 raise
-            self.stats["launches_per_op"] += 1
-            self.stats["ops_per_op"] += len(recs)
+            worker._add("launches_per_op", 1, self.stats)
+            worker._add("ops_per_op", len(recs), self.stats)
             self.stats["ops_deferred"] += len(recs)
             for r in recs:
                 r.outs[:] = [None] * len(r.outs)
             self.node = None
 
     # --- boundaries -----------------------------------------------------------------------
-    def flush(self, reason: str = "synchronize") -> None:
-        """End the current segment: launch/replay deferred ops, cache captured ones."""
-        if not self.records:
-            return
-        with self.lock:
-            if self.records:         # another thread may have flushed it meanwhile
-                self._flush(reason)
+    def flush(self, reason: str = "synchronize", wait: bool = True) -> None:
+        """End the current segment: launch/replay deferred ops, cache captured ones. ``wait``:
+        the host touches device data next, so every queued launch runs first (and a launch
+        that failed on the device's thread raises here); without it (a step boundary) the
+        segment may be queued."""
+        if self.records:
+            with self.lock:
+                if self.records:         # another thread may have flushed it meanwhile
+                    self._flush(reason, wait)
+        if wait:
+            self.queue.drain()
 
-    def _flush(self, reason: str) -> None:
+    def _flush(self, reason: str, wait: bool = True) -> None:
         depth = len(self.records)
         fl = self.stats["flushes"]
         fl[reason] = fl.get(reason, 0) + 1
         if self.node is not None:
             if self.node.region is not None:
-                self._launch(self.node.region)
+                self._launch(self.node.region, wait)
             else:
                 self._diverge()
                 self._end_segment(reason, cache=True)
@@ -383,13 +427,23 @@ class Engine:
         """Name the deferred op that raised ``e`` and its user's line (``blame.explain``)."""
         self.last_error = blame.explain(e, n, where) or self.last_error
 
+    def settle(self) -> None:
+        """The device's ``seam.settle``: wait for the launches queued on the device's thread
+        (not for the read ``_run_early`` runs)."""
+        if self._early != threading.get_ident():
+            self.queue.wait()
+
     def materialize(self, s) -> Tensor:
         """The host value of pending tensor ``s`` (the device asks through its seam): run the
         queued work that computes it."""
-        with self.lock:          # the flush and the read: another thread cannot refill it between
-            self.flush("materialize")
-            d = s.__dict__.get("_d")
+        if self.queue.on_worker():   # a queued launch's input: the launches before it filled
+            d = s.__dict__.get("_d")  # it, unless one of them failed
             d = d if isinstance(d, Tensor) else shell._recover(s)
+        else:
+            with self.lock:      # the flush and the read: another thread cannot refill it between
+                self.flush("materialize")
+                d = s.__dict__.get("_d")
+                d = d if isinstance(d, Tensor) else shell._recover(s)
         if d is None:   # its producer was deferred and failed: never hand out a made-up value
             raise blame.no_value(s, self.last_error)
         return d

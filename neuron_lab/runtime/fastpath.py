@@ -31,10 +31,11 @@ from .native import extension
 class SeamRuntime:
     """What the device's seam calls: the engine's flush, materialize and pending_bytes, and a
     launch that takes the C hot path."""
-    __slots__ = ("launch", "flush", "materialize", "pending_bytes")
+    __slots__ = ("launch", "flush", "materialize", "pending_bytes", "settle")
 
     def __init__(self, engine: adaptive.Engine, launch) -> None:
         self.launch = launch
+        self.settle = engine.settle
         self.flush = engine.flush
         self.materialize = engine.materialize
         self.pending_bytes = engine.pending_bytes

@@ -31,7 +31,7 @@ class FloatsChanged(Exception):
 
 
 def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
-    """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host)
+    """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host_now)
     gives it; None if the tensors alias otherwise than ``pattern`` (the compile-time slots).
     ``host_inputs`` is its C twin (csrc/records.cpp): ~2.5 us of Python per input, 0.3 ms per
     W6 step for its ~110 inputs."""
@@ -53,7 +53,7 @@ host_inputs = native.twin("host_inputs", host_inputs_py)
 def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
     """The host tensors to call the program with, or None if the aliasing pattern differs.
     ``packed``: the scalars input to use instead of packing this launch's floats."""
-    inputs = host_inputs(plan.occurrences, plan.pattern, records, shell.host)
+    inputs = host_inputs(plan.occurrences, plan.pattern, records, shell.host_now)
     if inputs is None:
         return None
     if plan.scalars:

@@ -53,6 +53,9 @@ NATIVE_DEFER = Knob("NEURON_LAB_NATIVE_DEFER", True, boolean,
                     doc="defer ops on a known region path and keep the engine's records in C "
                         "(runtime/csrc); 0: the Python engine's path (the reference; same "
                         "results)")
+ASYNC = Knob("NEURON_LAB_ASYNC", True, boolean,
+             doc="launch a region nobody waits for on the device's thread and go on "
+                 "(launch_queue.py); 0: every launch runs on the thread that issues it")
 VERIFY = Knob("NEURON_LAB_VERIFY", False, boolean,
               doc="check each fused program's first launches against per-op replay "
                   "(a mismatch makes the region per-op, warns and is counted)")

@@ -223,8 +223,8 @@ def _verified(region, records, stats) -> float | None:
     dt = verify.launch(region, records, stats)
     if dt is not None:
         region.per_op_launches += 1
-        stats["launches_per_op"] += 1
-        stats["ops_per_op"] += len(records)
+        worker._add("launches_per_op", 1, stats)    # the user's thread counts them too
+        worker._add("ops_per_op", len(records), stats)
     return dt
 
 
@@ -234,8 +234,8 @@ def _per_op(region, records, stats) -> tuple[float, bool]:
     region.per_op_s.append(dt)
     del region.per_op_s[:-_SAMPLES]
     region.per_op_launches += 1
-    stats["launches_per_op"] += 1
-    stats["ops_per_op"] += n
+    worker._add("launches_per_op", 1, stats)        # the user's thread counts them too
+    worker._add("ops_per_op", n, stats)
     return dt, False
 
 

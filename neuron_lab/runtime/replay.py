@@ -93,5 +93,5 @@ replay = native.twin("replay", replay_py)
 def per_op(records: list) -> float:
     """Replay ``records`` one op at a time on the host; returns host seconds."""
     t0 = time.perf_counter()
-    replay(records, shell.host, fill, Ref, torch.device, host_device)
+    replay(records, shell.host_now, fill, Ref, torch.device, host_device)
     return time.perf_counter() - t0

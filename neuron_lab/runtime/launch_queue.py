@@ -1,0 +1,135 @@
+"""The device's launch queue: a region's launch runs on the device's own thread, in issue order,
+while the host goes on deferring the next ops.
+
+An accelerator runs its work asynchronously: the host issues a launch and goes on; it waits only
+where it reads a value (``.item()``, ``.cpu()``, ``print``) or asks to (``synchronize``). The
+adaptive runtime keeps that shape on the emulated device. A region whose values nobody is
+waiting for — it ended because the next op left its path, at ``Optimizer.step()``'s start or
+end, under memory pressure — is queued here and run by one worker thread (``Engine._launch``);
+the host returns to the user's Python at once. Its outputs are pending shells until the worker
+fills them, exactly as they were between deferral and launch, so the host can defer ops that
+read them, and the next region's launch reads them filled (jobs run in issue order).
+
+Every place the host touches device data waits for the queue first (``drain``): the seam's
+flush (a value read, a sync point, an event, a stream or device synchronize), an op the engine
+runs at once (capture, a boundary op, a divergence's per-op replay), eager mode, and reading a
+pending value (``Engine.materialize``). So the host never sees a value before the launch that
+writes it, nor writes a tensor a queued launch still reads: in-order execution, as before, with
+the host's Python overlapped with the device's work (the model's Python and the next step's
+deferral run while the previous step's program runs; the programs' ATen calls release the
+GIL). ``NEURON_LAB_ASYNC=0`` runs every launch on the issuing thread, as before.
+
+A launch that raises on the worker keeps its error; the next ``drain`` on a user thread raises
+it (once), as a device reports an asynchronous failure at the next synchronization; the values
+it did not compute raise "has no value" where they are read (``blame.no_value``).
+
+At most ``DEPTH`` launches wait: a host further ahead waits for the oldest (its pending outputs
+are counted as allocated until then, so a runaway host cannot outgrow the modelled memory).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import deque
+from typing import Callable, NamedTuple
+
+import torch
+
+DEPTH = 4
+
+
+class Job(NamedTuple):
+    """One queued launch: ``run()`` executes it; ``records`` are its deferred ops (their pending
+    outputs count in ``memory_allocated()`` until it has run)."""
+    run: Callable[[], None]
+    records: list
+
+
+class LaunchQueue:
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._jobs: deque[Job] = deque()      # the running job stays first until it is done
+        self._thread: threading.Thread | None = None
+        self.ident: int | None = None         # the worker thread's
+        self.error: BaseException | None = None
+        self.launched = 0                     # jobs run on the worker (tests, metrics)
+        _queues.add(self)
+
+    def busy(self) -> bool:
+        """Is a launch queued or running?"""
+        return bool(self._jobs)
+
+    def on_worker(self) -> bool:
+        return threading.get_ident() == self.ident
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; waits while ``DEPTH`` launches are ahead of it."""
+        with self._cv:
+            while len(self._jobs) >= DEPTH:
+                self._cv.wait()
+            self._jobs.append(job)
+            if self._thread is None:
+                self._start()
+            self._cv.notify_all()
+
+    def wait(self) -> None:
+        """Wait until every queued launch has run (on the worker thread itself: at once)."""
+        if self._jobs and threading.get_ident() != self.ident:
+            with self._cv:
+                while self._jobs:
+                    self._cv.wait()
+
+    def drain(self) -> None:
+        """``wait``, then raise the first error a queued launch raised since the last drain,
+        if any."""
+        if not self._jobs and self.error is None:
+            return
+        if threading.get_ident() == self.ident:
+            return
+        self.wait()
+        err, self.error = self.error, None
+        if err is not None:
+            raise err
+
+    def records(self) -> list:
+        """The deferred ops of every launch not yet run (a snapshot)."""
+        return [r for job in list(self._jobs) for r in job.records]
+
+    def _start(self) -> None:
+        t = threading.Thread(target=self._loop, name="neuron-launch", daemon=True)
+        self._thread = t
+        t.start()
+
+    def _loop(self) -> None:
+        self.ident = threading.get_ident()
+        torch.set_grad_enabled(False)     # host tensors only: nothing to record for autograd
+        cv, jobs = self._cv, self._jobs
+        while True:
+            with cv:
+                while not jobs:
+                    cv.wait()
+                job = jobs[0]
+            try:
+                job.run()
+            except BaseException as e:  # noqa: BLE001 - reported at the next drain
+                if self.error is None:
+                    self.error = e
+            finally:
+                job = None              # its records hold their inputs: let them go now
+                with cv:
+                    jobs.popleft()
+                    self.launched += 1
+                    cv.notify_all()
+
+    def after_fork(self) -> None:
+        """A forked child (a DataLoader worker) has no worker thread: it starts empty."""
+        self._cv = threading.Condition(threading.Lock())
+        self._jobs = deque()
+        self._thread = None
+        self.ident = None
+        self.error = None
+
+
+_queues: "weakref.WeakSet[LaunchQueue]" = weakref.WeakSet()
+os.register_at_fork(after_in_child=lambda: [q.after_fork() for q in list(_queues)])

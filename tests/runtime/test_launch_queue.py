@@ -1,0 +1,147 @@
+"""Launches queued on the device's thread (runtime/launch_queue.py) and reads served before
+their region launches (runtime/early.py): the host goes on, and every value it reads is the
+one per-op eager computes."""
+import copy
+import io
+
+import pytest
+import torch
+
+import neuron_lab
+from neuron_lab import runtime
+from neuron_lab.runtime import knobs
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def _train(model, x, y, steps):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()          # no sync: the loop never reads a value
+    return opt
+
+
+def test_a_training_loop_without_reads_runs_on_the_device_thread_and_equals_cpu(compile_off):
+    """The steps' regions launch at Optimizer.step()'s boundaries, queued; the parameters read
+    afterwards (``.cpu()``, ``state_dict`` through ``torch.save``, a direct host read) carry
+    every queued update, bitwise CPU's (per-op replay)."""
+    torch.manual_seed(1)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    ref = _mlp()
+    _train(ref, x, y, 12)
+    model = _mlp().to("neuron")
+    before = runtime.engine.queue.launched
+    _train(model, x.to("neuron"), y.to("neuron"), 12)
+    assert runtime.engine.queue.launched > before       # launched on the device's thread
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)                 # read while launches may be queued
+    saved = torch.load(io.BytesIO(buf.getvalue()), map_location="cpu")
+    for name, p in ref.state_dict().items():
+        assert torch.equal(saved[name], p), name
+        assert torch.equal(model.state_dict()[name].cpu(), p), name
+
+
+def test_a_host_read_of_a_tensor_a_queued_launch_writes_waits_for_it(compile_off):
+    """``shell.host`` (what ``.cpu()``, printing, the compile bridge and collectives read)
+    waits for the queue: an optimizer's in-place update may still be queued."""
+    from neuron_lab.device import shell
+    torch.manual_seed(2)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    ref = _mlp()
+    _train(ref, x, y, 6)
+    model = _mlp().to("neuron")
+    _train(model, x.to("neuron"), y.to("neuron"), 6)
+    for p, r in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(shell.host(p), r)
+
+
+def test_without_async_every_launch_runs_on_the_issuing_thread(compile_off):
+    torch.manual_seed(3)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    model = _mlp().to("neuron")
+    before = runtime.engine.queue.launched
+    with knobs.ASYNC.scoped(False):
+        _train(model, x.to("neuron"), y.to("neuron"), 6)
+        neuron_lab.sync()
+    assert runtime.engine.queue.launched == before
+
+
+def test_a_queued_launch_that_fails_raises_at_the_next_sync_naming_the_op(compile_off):
+    """A deferred gather with an index out of range fails when its region runs, on the
+    device's thread: the next sync raises it (as a device reports an asynchronous error),
+    and the values it did not compute raise where they are read."""
+    table = torch.randn(10, 4).to("neuron")
+    w = torch.randn(4, 4).to("neuron")
+
+    def step(idx):
+        out = (table[idx] @ w).tanh()
+        y = out * 2          # the region ends at the next op: queued
+        return y.relu(), out
+
+    good = torch.tensor([1, 2, 3]).to("neuron")
+    for _ in range(4):
+        step(good)
+    neuron_lab.sync()
+    bad = torch.tensor([1, 2, 30]).to("neuron")
+    _, out = step(bad)
+    with pytest.raises(Exception, match="index"):
+        neuron_lab.sync()
+    with pytest.raises(RuntimeError, match="no value"):
+        out.cpu()
+    neuron_lab.sync()                     # reported once
+    assert torch.equal(step(good)[1].cpu(), (table.cpu()[good.cpu()] @ w.cpu()).tanh())
+
+
+class _Gated(torch.nn.Module):
+    """A forward that reads a value computed from its own inputs only (Transformers' mask
+    checks), after a gather from a weight the previous step's update writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 16)
+        self.lin = torch.nn.Linear(16, 4)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        if (pos.diff(dim=-1) != 1).any():        # a sync read the weights do not feed
+            h = h * 0
+        return self.lin(h).sum(1)
+
+
+def test_a_read_independent_of_queued_work_is_served_without_waiting(compile_off):
+    """The read's ops run at once on the host (``early``), the step's region is queued as
+    usual, and the training equals CPU's bitwise."""
+    torch.manual_seed(4)
+    ids, y = torch.randint(0, 20, (4, 6)), torch.randn(4, 4)
+    ref = _Gated()
+    model = copy.deepcopy(ref).to("neuron")
+    _train(ref, ids, y, 10)
+    _train(model, ids.to("neuron"), y.to("neuron"), 10)
+    assert runtime.engine.stats["early_values"] > 0
+    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+        assert torch.equal(p.cpu(), r), name
+
+
+def test_a_read_of_a_value_a_queued_launch_computes_waits_for_it(compile_off):
+    """A loss logged every step: its value comes from the step's region itself (not served
+    early: it depends on the parameters the queued update writes); each equals CPU's."""
+    torch.manual_seed(5)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    ref, model = _mlp(), _mlp().to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref, model)]
+    xs, ys = (x, y), (x.to("neuron"), y.to("neuron"))
+    for _ in range(8):
+        got = []
+        for m, opt, (a, b) in zip((ref, model), opts, (xs, ys)):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(m(a), b)
+            loss.backward()
+            opt.step()
+            got.append(loss.item())
+        assert got[0] == got[1]
