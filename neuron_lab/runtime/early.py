@@ -10,8 +10,9 @@ and the host's Python for this step's forward and backward then ran with the dev
 
 ``take(engine, f, args, kwargs)`` serves such a read while the queue is busy: the ops the read
 value is made of (its *cone*: the segment's ops its arguments depend on) run now, per-op on
-this thread, if they read nothing a queued launch writes (no pending input, no input a queued
-launch writes in place) and write nothing but their own outputs. Their pending outputs receive
+this thread, if they read nothing queued work writes (no pending input, no input a queued
+launch or an op of the segment writes in place: AdamW's ``step`` counters, read by ``.item()``
+right after ``_foreach_add_`` queued their increment) and write nothing but their own outputs. Their pending outputs receive
 their values, the read runs, and the segment goes on deferring. When the segment launches (at
 its region's end, queued like any other), its fused program or per-op replay computes those
 ops again and leaves the values already given (``pending.fill`` fills a shell once). A cone of
@@ -62,16 +63,18 @@ def _written(rec) -> list:
     return out
 
 
-def written_storages(records) -> set:
-    """ids of the storages the ops of ``records`` write in place, other than their own outputs
-    (an optimizer's parameters and state, a ``copy_`` target)."""
-    out = set()
+def written_storages(records) -> tuple[set, bool]:
+    """(ids of the storages the ops of ``records`` write in place: an optimizer's parameters
+    and state, a ``copy_`` target; does one of them write an output of ``records`` themselves,
+    a ``Ref``?)."""
+    out, own = set(), False
     for rec in records:
         if rec.facts.mutates or rec.facts.written_kw:
             for a in _written(rec):
+                own = own or next(_refs(a), None) is not None
                 for t in _tensors(a):
                     out.add(id(t.untyped_storage()))
-    return out
+    return out, own
 
 
 def _cone(records: list, positions) -> list | None:
@@ -102,7 +105,11 @@ def take(engine, f, args, kwargs) -> bool:
     if f.random or f.mutates or f.written_kw or engine.node is None:
         return False
     records, producers = engine.records, engine.producers
-    writes = written_storages(engine.queue.records())
+    writes, _ = written_storages(engine.queue.records())
+    segment, rewrites = written_storages(records)
+    if rewrites:         # an op of the segment writes one of its outputs: which value is read?
+        return False
+    writes |= segment
     wanted = []
     for a in _tensors((*args, *(kwargs.values() if kwargs else ()))):
         p = producers.get(id(a))

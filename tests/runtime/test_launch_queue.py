@@ -145,3 +145,19 @@ def test_a_read_of_a_value_a_queued_launch_computes_waits_for_it(compile_off):
             opt.step()
             got.append(loss.item())
         assert got[0] == got[1]
+
+
+def test_a_read_of_a_counter_the_segment_increments_in_place_is_not_served_early(compile_off):
+    """AdamW with its ``step`` counters on neuron (an optimizer state loaded with
+    ``map_location='neuron'``) queues ``_foreach_add_(steps, 1)`` and reads each step with
+    ``.item()`` in the same segment: the read waits for the increment (the compatibility
+    table's checkpoint idiom; served early, it read the old count)."""
+    from neuron_lab.testing.idioms import modules
+    torch.manual_seed(0)
+    cpu = modules.checkpoint_resume("cpu")
+    for _ in range(2):                    # the second run meets its regions known: deferred
+        torch.manual_seed(0)
+        dev = modules.checkpoint_resume("neuron")
+        for name, p in cpu["params"].items():
+            assert torch.equal(dev["params"][name].cpu(), p), name
+        assert [float(v) for v in dev["losses"]] == [float(v) for v in cpu["losses"]]
