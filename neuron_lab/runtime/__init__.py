@@ -99,7 +99,9 @@ def sync(reason: str = "synchronize") -> None:
 
 
 def wait_compiles(timeout: float | None = None) -> bool:
-    """Block until background compiles finish (benchmarks and tests; user code never needs to)."""
+    """Block until background compiles finish (benchmarks and tests; user code never needs to).
+    Launches still queued on the device's thread run first: a launch may queue a compile."""
+    engine.queue.wait()
     return worker.wait(timeout)
 
 
