@@ -4,6 +4,8 @@ one eager computes (within the fused programs' tolerance: only a region decided 
 queued; ``fused`` makes every compiled region that, without trials)."""
 import copy
 import io
+import threading
+import time
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 import neuron_lab
 from neuron_lab import runtime
 from neuron_lab.runtime import knobs
+from neuron_lab.runtime.launch_queue import Job
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 
@@ -129,16 +132,30 @@ class _Gated(torch.nn.Module):
 
 def test_a_read_independent_of_queued_work_is_served_without_waiting(fused):
     """The read's ops run at once on the host (``early``), the step's region is queued as
-    usual, and the training equals CPU's."""
+    usual, and the training equals CPU's. The last forward runs while a job holds the
+    device's thread: its read is served without waiting (whether the queue is still busy at a
+    read of the training loop depends on timing)."""
     torch.manual_seed(4)
     ids, y = torch.randint(0, 20, (4, 6)), torch.randn(4, 4)
     ref = _Gated()
     model = copy.deepcopy(ref).to("neuron")
     _train(ref, ids, y, 10)
-    _train(model, ids.to("neuron"), y.to("neuron"), 10)
-    assert runtime.engine.stats["early_values"] > 0
+    dids = ids.to("neuron")
+    opt = _train(model, dids, y.to("neuron"), 10)
+    gate = threading.Event()
+    runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+    try:
+        before = runtime.engine.stats["early_values"]
+        t0 = time.perf_counter()
+        out = model(dids)                 # reads its mask while the gate holds the queue
+        assert runtime.engine.stats["early_values"] == before + 1
+        assert time.perf_counter() - t0 < 10
+    finally:
+        gate.set()
+    assert _close(out.detach().cpu(), ref(ids).detach())
     for (name, p), r in zip(model.named_parameters(), ref.parameters()):
         assert _close(p.cpu(), r), name
+    del opt
 
 
 def test_a_read_of_a_value_a_queued_launch_computes_waits_for_it(fused):
