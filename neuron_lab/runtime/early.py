@@ -17,6 +17,11 @@ their values, the read runs, and the segment goes on deferring. When the segment
 its region's end, queued like any other), its fused program or per-op replay computes those
 ops again and leaves the values already given (``pending.fill`` fills a shell once). A cone of
 more than ``MAX_OPS`` ops, or one that depends on queued work, takes the usual way: a flush.
+
+The same test lets a boundary op that reads nothing queued work writes run at once when no
+segment is open: a training loop's ``x.to("neuron")`` of each new batch (a fresh device
+tensor from host memory) used to wait for the previous step's queued programs, and the loop
+then ran with the device idle.
 """
 from __future__ import annotations
 
@@ -102,8 +107,8 @@ def _independent(t: Tensor, writes: set) -> bool:
 def take(engine, f, args, kwargs) -> bool:
     """Give the pending values ``f`` (a sync point, queue busy) reads their values now, if they
     depend on nothing queued; True if done (``f`` may then run at once)."""
-    if f.random or f.mutates or f.written_kw or engine.node is None:
-        return False
+    if f.random or f.mutates or f.written_kw or (engine.node is None and engine.records):
+        return False     # (a captured segment ran its ops already: the queue is empty then)
     records, producers = engine.records, engine.producers
     writes, _ = written_storages(engine.queue.records())
     segment, rewrites = written_storages(records)

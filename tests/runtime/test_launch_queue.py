@@ -191,3 +191,34 @@ def test_a_read_of_a_counter_the_segment_increments_in_place_is_not_served_early
         for name, p in cpu["params"].items():
             assert _close(dev["params"][name].cpu(), p), name
         assert [float(v) for v in dev["losses"]] == pytest.approx([float(v) for v in cpu["losses"]], rel=1e-5)
+
+
+def test_a_batch_uploaded_each_step_does_not_wait_for_the_queued_steps(fused):
+    """``x.to("neuron")`` of each new batch (a host-to-device copy into a fresh tensor) reads
+    nothing queued work writes: it runs while the previous step's launches are queued. The
+    upload of the last batch runs while a job holds the device's thread."""
+    torch.manual_seed(6)
+    batches = [(torch.randn(8, 16), torch.randn(8, 4)) for _ in range(8)]
+    ref, model = _mlp(), _mlp().to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref, model)]
+
+    def step(m, opt, x, y):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+
+    for x, y in batches:
+        step(ref, opts[0], x, y)
+        step(model, opts[1], x.to("neuron"), y.to("neuron"))
+    gate = threading.Event()
+    runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+    try:
+        t0 = time.perf_counter()
+        x = batches[0][0].to("neuron")
+        assert time.perf_counter() - t0 < 10
+        assert runtime.engine.queue.busy()
+    finally:
+        gate.set()
+    assert torch.equal(x.cpu(), batches[0][0])
+    for p, r in zip(model.parameters(), ref.parameters()):
+        assert _close(p.cpu(), r)
