@@ -31,7 +31,7 @@ from ..device import shell
 from ..device.executor import host_device
 from .pending import alive, fill
 from .record import Ref, flatten_outputs
-from .replay import _resolve
+from .replay import _reads, _resolve
 
 Tensor = torch.Tensor
 MAX_OPS = 64
@@ -43,14 +43,6 @@ def _tensors(a):
     elif type(a) is list or type(a) is tuple:
         for x in a:
             yield from _tensors(x)
-
-
-def _refs(a):
-    if type(a) is Ref:
-        yield a
-    elif type(a) is list or type(a) is tuple:
-        for x in a:
-            yield from _refs(x)
 
 
 def _arguments(rec):
@@ -76,7 +68,7 @@ def written_storages(records) -> tuple[set, bool]:
     for rec in records:
         if rec.facts.mutates or rec.facts.written_kw:
             for a in _written(rec):
-                own = own or next(_refs(a), None) is not None
+                own = own or next(_reads(a, Ref), None) is not None
                 for t in _tensors(a):
                     out.add(id(t.untyped_storage()))
     return out, own
@@ -95,7 +87,7 @@ def _cone(records: list, positions) -> list | None:
         if len(seen) > MAX_OPS:
             return None
         for a in _arguments(records[i]):
-            stack.extend(r.pos for r in _refs(a))
+            stack.extend(_reads(a, Ref))
     return sorted(seen)
 
 
