@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from . import module, properties, tracking
+from . import module, properties, seam, tracking
 
 
 def accelerator() -> None:
@@ -175,12 +175,27 @@ def backward() -> None:
     own ``set_multithreading_enabled(False)``): the graph runs on the caller's thread, as CPU
     graphs always do. Roots on other devices keep PyTorch's behaviour, and a neuron graph
     reached from a CPU root (``model(x).cpu().sum().backward()``) still takes the device
-    thread; both are correct, only slower. Reentrant and nested backward passes work as on CPU."""
+    thread; both are correct, only slower. Reentrant and nested backward passes work as on CPU.
+
+    A backward pass of ``neuron`` roots also tells the runtime that the forward pass has ended
+    (``seam.boundary("backward")``): the adaptive runtime may launch the forward's region on
+    the device's thread while the host issues the backward's ops, as an accelerator's host
+    does (``NEURON_LAB_BACKWARD_BOUNDARY``)."""
     from torch.autograd.variable import Variable
     engine = Variable._execution_engine
     if isinstance(engine, _CallerThreadEngine):
         return
     Variable._execution_engine = _CallerThreadEngine(engine)
+
+
+def _traced(roots) -> bool:
+    """Is this backward pass a trace (AOTAutograd's joint graph under torch.compile: fake roots
+    under a dispatch mode)? Its ops compute nothing, so it ends no phase of a step; flushing
+    there would run the user's queued ops under the tracer's mode."""
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    return _get_current_dispatch_mode() is not None or \
+        any(isinstance(t, torch.Tensor) and is_fake(t) for t in roots)
 
 
 _mt_enabled = torch._C._is_multithreading_enabled
@@ -203,8 +218,11 @@ class _CallerThreadEngine:
     def run_backward(self, t_outputs, *args, **kwargs):
         saved = tracking.backward_started()       # the line ops of the pass are blamed on
         try:
-            if _mt_enabled() and any(isinstance(t, torch.Tensor) and t.device.type == "neuron"
-                                     for t in t_outputs):
+            neuron = any(isinstance(t, torch.Tensor) and t.device.type == "neuron"
+                         for t in t_outputs)
+            if neuron and not _traced(t_outputs):
+                seam.boundary("backward")     # the forward may run while the backward is issued
+            if neuron and _mt_enabled():
                 _set_mt(False)
                 try:
                     return self.engine.run_backward(t_outputs, *args, **kwargs)

@@ -2,7 +2,7 @@
 
 Without a runtime the device runs every op at once (``kernels.execute``). A runtime that
 defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once, with
-``install(runtime)``; the device calls it at exactly four points and nowhere else:
+``install(runtime)``; the device calls it at these points and nowhere else:
 
 - ``launch(facts, args, kwargs)``: every op called on ``neuron`` tensors (the generic kernel in
   ``registry``) goes to the runtime, which runs it, or queues it and returns pending outputs;
@@ -10,13 +10,16 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
   ``torch.neuron.synchronize()``, stream/event sync), queued work runs;
 - ``materialize(shell)``: a pending output's host value is needed now (``shell.host``);
 - ``pending_bytes()``: the bytes of the pending outputs still alive (``memory``: they count in
-  ``memory_allocated()`` though nothing is allocated for them yet).
+  ``memory_allocated()`` though nothing is allocated for them yet);
+- ``boundary(reason)``: a phase of a training step ends (a backward pass of ``neuron`` roots
+  starts): the runtime may end what it has queued here, without waiting for it, so the device
+  computes the forward pass while the host issues the backward's ops (optional).
 
 A runtime that launches work on a thread of its own (the adaptive runtime's launch queue) also
 gives ``settle()``: wait until that work has run. ``shell.host`` calls it before handing out a
 host tensor, since a queued launch may still write it in place (an optimizer's update).
 
-The four are module attributes so the hot path reads one global; ``install`` is the only
+They are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
 
 One switch goes the other way: ``run_directly(on)``. While it is on, the device runs the ops
@@ -36,6 +39,7 @@ class Runtime(Protocol):
     def materialize(self, shell) -> Any: ...
     def pending_bytes(self) -> int: ...
     # optional: def settle(self) -> None: wait for work launched on a thread of the runtime's
+    # optional: def boundary(self, reason: str) -> None: a step's phase ends; do not wait
 
 
 def _no_flush(reason: str) -> None:
@@ -60,21 +64,23 @@ flush = _no_flush
 materialize = _no_materialize
 pending_bytes = _no_pending
 settle = _settled
+boundary = _no_flush
 direct = True                  # may direct ops run at once without calling launch?
 _switch = None                 # the native kernels' switch (registry connects it)
 
 
 def install(runtime: Runtime | None) -> None:
-    """Route the device's four calls to ``runtime`` (None: back to running ops at once).
+    """Route the device's calls to ``runtime`` (None: back to running ops at once).
     Installing a runtime turns ``direct`` off until the runtime turns it on."""
-    global launch, flush, materialize, pending_bytes, settle
+    global launch, flush, materialize, pending_bytes, settle, boundary
     if runtime is None:
         launch, flush, materialize, pending_bytes = None, _no_flush, _no_materialize, _no_pending
-        settle = _settled
+        settle, boundary = _settled, _no_flush
     else:
         launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize
         pending_bytes = runtime.pending_bytes
         settle = getattr(runtime, "settle", _settled)
+        boundary = getattr(runtime, "boundary", _no_flush)
     run_directly(runtime is None)
 
 

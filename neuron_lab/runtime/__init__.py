@@ -60,11 +60,12 @@ atexit.register(lambda: engine.flush("exit"))   # a script's last ops run before
 
 def _optimizer_step_boundary(*_):
     """``Optimizer.step()`` starts and ends a region (PyTorch's global step hooks): the
-    optimizer update is one region and forward+backward another, from a training loop's second
-    step on, with no sync and no ``mark_step()``; a re-run notebook cell finds the steps its
-    first run cached, although that run's first step also created the optimizer's state."""
-    if engine.records:
-        engine.flush("optimizer-step", wait=False)   # nothing reads a value here
+    optimizer update is one region and forward+backward another (with
+    ``NEURON_LAB_BACKWARD_BOUNDARY``, a backward pass's start ends the forward's: the device's
+    ``seam.boundary``), from a training loop's second step on, with no sync and no
+    ``mark_step()``; a re-run notebook cell finds the steps its first run cached, although that
+    run's first step also created the optimizer's state."""
+    engine.boundary("optimizer-step")
 
 
 _optim.register_optimizer_step_pre_hook(_optimizer_step_boundary)

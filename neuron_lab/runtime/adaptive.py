@@ -6,7 +6,9 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
   region: sync points (``item``/``cpu``/``repr``/data-dependent shapes), ``sync()``, the end of
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
-  regions, forward+backward and the update), ops that cannot be queued (RNG other than
+  regions, forward+backward and the update; with ``NEURON_LAB_BACKWARD_BOUNDARY`` the start of
+  a ``backward()`` of ``neuron`` roots ends the forward's, through the device's
+  ``seam.boundary``), ops that cannot be queued (RNG other than
   dropout's, whose mask ``dropout`` draws at the call, and random factories, which
   ``random_now`` runs at the call without a cut; host fallbacks; CPU tensor arguments
   other than 0-dim ones, which ``host_scalars`` copies to the device at the call), the queue
@@ -26,7 +28,7 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   engine continues in capture; a long shared prefix (>= ``NEURON_LAB_MIN_SPLIT`` ops) is cut
   into a region of its own so the next divergence at the same place is a hit.
 
-A region nobody waits for (the next op left its path, ``Optimizer.step()``'s boundaries) is
+A region nobody waits for (the next op left its path, a step's phase boundaries) is
 launched on the device's thread (``launch_queue``) and the host goes on; a flush for a value,
 a sync point or any op the host runs now waits for that queue first, unless the values it
 reads depend on nothing queued (``early``).
@@ -406,6 +408,16 @@ class Engine:
                     self._flush(reason, wait)
         if wait:
             self.queue.drain()
+
+    def boundary(self, reason: str) -> None:
+        """The device's ``seam.boundary``: a step's phase ends (``Optimizer.step()`` starts or
+        ends; a backward pass starts, with ``NEURON_LAB_BACKWARD_BOUNDARY``) and nothing reads
+        a value here: end the segment without waiting, so a region decided fused goes to the
+        device's thread and the host issues the next phase's ops meanwhile."""
+        if reason == "backward" and not knobs.BACKWARD_BOUNDARY.get():
+            return
+        if self.records:
+            self.flush(reason, wait=False)
 
     def _flush(self, reason: str, wait: bool = True) -> None:
         depth = len(self.records)

@@ -29,13 +29,14 @@ from .native import extension
 
 
 class SeamRuntime:
-    """What the device's seam calls: the engine's flush, materialize and pending_bytes, and a
-    launch that takes the C hot path."""
-    __slots__ = ("launch", "flush", "materialize", "pending_bytes", "settle")
+    """What the device's seam calls: the engine's flush, materialize, pending_bytes, settle and
+    boundary, and a launch that takes the C hot path."""
+    __slots__ = ("launch", "flush", "materialize", "pending_bytes", "settle", "boundary")
 
     def __init__(self, engine: adaptive.Engine, launch) -> None:
         self.launch = launch
         self.settle = engine.settle
+        self.boundary = engine.boundary
         self.flush = engine.flush
         self.materialize = engine.materialize
         self.pending_bytes = engine.pending_bytes

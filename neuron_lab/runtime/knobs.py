@@ -56,6 +56,11 @@ NATIVE_DEFER = Knob("NEURON_LAB_NATIVE_DEFER", True, boolean,
 ASYNC = Knob("NEURON_LAB_ASYNC", True, boolean,
              doc="launch a region nobody waits for on the device's thread and go on "
                  "(launch_queue.py); 0: every launch runs on the thread that issues it")
+BACKWARD_BOUNDARY = Knob("NEURON_LAB_BACKWARD_BOUNDARY", False, boolean,
+                         doc="end the forward's region where a backward pass of neuron roots "
+                             "starts, so the device computes the forward while the host issues "
+                             "the backward (loops that read a value every step; off: forward "
+                             "and backward are one region, docs/performance.md)")
 VERIFY = Knob("NEURON_LAB_VERIFY", False, boolean,
               doc="check each fused program's first launches against per-op replay "
                   "(a mismatch makes the region per-op, warns and is counted)")

@@ -64,3 +64,28 @@ def test_compiled_sgd_momentum_in_eager_mode():
     assert losses == pytest.approx(ref_losses, rel=1e-5)
     for k, v in ref_state.items():
         torch.testing.assert_close(state[k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_tracing_a_backward_is_not_a_step_boundary():
+    """AOTAutograd traces a compiled module's backward with fake tensors (``autograd.grad``
+    under its modes): that pass computes nothing, so it does not end the adaptive runtime's
+    segment. Flushing there ran the user's queued ops under the tracer's fake mode (they failed,
+    and their values with them). A real ``backward()`` does end it."""
+    from neuron_lab import runtime
+    from neuron_lab.runtime import knobs
+    torch.manual_seed(0)
+    model = _mlp()
+    x = torch.randn(4, 13)
+    want = model(x[:, :-1] * 2)
+    model = model.to("neuron")
+    fwd = torch.compile(model, backend="neuron")
+    with neuron_lab.mode("adaptive"), knobs.BACKWARD_BOUNDARY.scoped(True):
+        dx = x.to("neuron")
+        for _ in range(3):                 # from the second pass on, the input is deferred
+            inp = dx[:, :-1] * 2
+            before = runtime.stats()["flushes"].get("backward", 0)
+            out = fwd(inp)                 # the first call traces forward and backward
+            assert runtime.stats()["flushes"].get("backward", 0) == before
+            torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+            out.sum().backward()
+            assert runtime.stats()["flushes"].get("backward", 0) == before + 1

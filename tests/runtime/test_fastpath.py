@@ -321,14 +321,18 @@ CAPTURE = textwrap.dedent("""
                             torch.nn.Linear(16, 4)).to("neuron")
     x, y = torch.randn(4, 8).to("neuron"), torch.randn(4, 4).to("neuron")
     with neuron_lab.mode("adaptive"):
-        loss = torch.nn.functional.mse_loss(m(x), y)     # one segment, captured op by op
-        loss.backward()
+        loss = torch.nn.functional.mse_loss(m(x), y)     # the forward's segment, op by op
+        loss.backward()                                  # then the backward's
         value = loss.item()
-    path, node = [], rt.engine.cache.root
-    while node.children:
-        (key, node), = node.children.items()
-        path.append([repr(key), [repr(tuple(mt)) if mt is not None else None for mt in node.metas],
-                     [node.where[0].rsplit("/", 1)[-1], node.where[1]] if node.where else None])
+    path = []
+    for key, node in rt.engine.cache.root.children.items():    # one chain per segment
+        while True:
+            path.append([repr(key), [repr(tuple(mt)) if mt is not None else None
+                                     for mt in node.metas],
+                         [node.where[0].rsplit("/", 1)[-1], node.where[1]] if node.where else None])
+            if not node.children:
+                break
+            (key, node), = node.children.items()
     print(json.dumps({"path": path, "loss": value, "captured": fastpath.captured(),
                       "stats": {k: rt.stats()[k] for k in ("launches_per_op", "ops_per_op")}}))
 """)

@@ -222,3 +222,43 @@ def test_a_batch_uploaded_each_step_does_not_wait_for_the_queued_steps(fused):
     assert torch.equal(x.cpu(), batches[0][0])
     for p, r in zip(model.parameters(), ref.parameters()):
         assert _close(p.cpu(), r)
+
+
+def test_the_forward_runs_on_the_device_thread_while_the_backward_is_issued(fused):
+    """With ``NEURON_LAB_BACKWARD_BOUNDARY``, ``backward()`` ends the forward's region (the
+    device's ``seam.boundary``): it is queued and the host issues the backward's ops without
+    waiting for it, as a loop that reads its loss every step needs (the step's work would
+    otherwise wait for the host's whole forward+backward before it starts). The last step
+    runs while a job holds the device's thread; the training equals CPU's."""
+    torch.manual_seed(7)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    ref, model = _mlp(), _mlp().to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref, model)]
+    xs, ys = (x, y), (x.to("neuron"), y.to("neuron"))
+
+    def held_backward(loss):              # the regions are known and fused: hold the device
+        gate = threading.Event()
+        runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+        try:
+            assert runtime.engine.queue.records() == []
+            before = runtime.stats()["flushes"].get("backward", 0)
+            t0 = time.perf_counter()
+            loss.backward()
+            assert time.perf_counter() - t0 < 10
+            assert runtime.stats()["flushes"]["backward"] == before + 1
+            assert runtime.engine.queue.records()          # the forward's region, queued
+        finally:
+            gate.set()
+
+    with knobs.BACKWARD_BOUNDARY.scoped(True):
+        for i in range(8):
+            got = []
+            for m, opt, (a, b) in zip((ref, model), opts, (xs, ys)):
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.mse_loss(m(a), b)
+                held_backward(loss) if i == 7 and m is model else loss.backward()
+                opt.step()
+                got.append(loss.item())
+            assert got[0] == pytest.approx(got[1], rel=1e-5)
+    for p, r in zip(model.parameters(), ref.parameters()):
+        assert _close(p.cpu(), r)

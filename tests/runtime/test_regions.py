@@ -97,7 +97,8 @@ def test_float_values_of_pointwise_ops_are_data_not_keys(compile_off):
 
 def test_rerun_training_cell_hits_every_region(compile_off):
     """Optimizer.step() starts and ends a region, so the second run of a training cell finds
-    every region its first run cached, though that run's first step also created AdamW's state."""
+    every region its first run cached, though that run's first step also created AdamW's state
+    (and backward() starts one, with NEURON_LAB_BACKWARD_BOUNDARY)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4)).to("neuron")
@@ -112,9 +113,12 @@ def test_rerun_training_cell_hits_every_region(compile_off):
             opt.step()
         return loss.item()
 
-    cell()
-    s0 = runtime.stats()
-    cell()
-    s1 = runtime.stats()
-    assert s1["misses"] == s0["misses"] and s1["hits"] - s0["hits"] == 6   # 3 x (forward+backward, update)
-    assert s1["flushes"]["optimizer-step"] == 12
+    for split, regions in ((False, 2), (True, 3)):    # forward+backward, update / each phase
+        with knobs.BACKWARD_BOUNDARY.scoped(split):
+            cell()
+            s0 = runtime.stats()
+            cell()
+            s1 = runtime.stats()
+        assert s1["misses"] == s0["misses"] and s1["hits"] - s0["hits"] == 3 * regions
+        assert s1["flushes"]["optimizer-step"] - s0["flushes"]["optimizer-step"] == 6
+        assert s1["flushes"].get("backward", 0) - s0["flushes"].get("backward", 0) == 3 * split
