@@ -1,4 +1,5 @@
 """Region formation and the region cache: sync-point regions, repeated suffixes, hits, LRU."""
+import pytest
 import torch
 
 import neuron_lab
@@ -122,3 +123,36 @@ def test_rerun_training_cell_hits_every_region(compile_off):
         assert s1["misses"] == s0["misses"] and s1["hits"] - s0["hits"] == 3 * regions
         assert s1["flushes"]["optimizer-step"] - s0["flushes"]["optimizer-step"] == 6
         assert s1["flushes"].get("backward", 0) - s0["flushes"].get("backward", 0) == 3 * split
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_training_with_a_periodic_no_grad_evaluation_settles_into_known_regions(compile_off, split):
+    """A loop that trains and, every few steps, evaluates under ``no_grad`` and reads the loss:
+    the evaluation's forward is a prefix of the training step's path (the same ops up to the
+    loss), cut where the training step goes on. After the first rounds every op meets a known
+    region (no misses), with the forward cut at ``backward()`` or not, and every value equals
+    CPU's."""
+    def run(device, rounds):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x, y = torch.randn(8, 16).to(device), torch.randint(0, 4, (8,)).to(device)
+        evals, stats = [], []
+        for _ in range(rounds):
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            with torch.no_grad():
+                evals.append(torch.nn.functional.cross_entropy(model(x), y).item())
+            stats.append(runtime.stats()["misses"] if device == "neuron" else 0)
+        return evals, stats, [p.detach().cpu() for p in model.parameters()]
+
+    want, _, params = run("cpu", 6)
+    with knobs.BACKWARD_BOUNDARY.scoped(split):
+        got, misses, dev_params = run("neuron", 6)
+    assert got == pytest.approx(want, rel=1e-5)
+    assert misses[-1] == misses[2]          # rounds 4-6 met every region known
+    for a, b in zip(dev_params, params):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
