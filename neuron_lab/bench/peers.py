@@ -127,6 +127,7 @@ class NeuronAdaptive(NeuronEager):
         self._compile_s0 = runtime.stats()["compile_seconds"]   # the worker's total is per process
         self.settle_info = None
         self._state = None
+        self._device_thread = [0.0, 0.0]   # seconds busy, seconds sampled (``sampling``)
         try:
             with neuron_lab.mode("adaptive"):
                 yield
@@ -148,9 +149,18 @@ class NeuronAdaptive(NeuronEager):
 
     @contextlib.contextmanager
     def sampling(self):
+        """A steady sample of this peer; also adds up how long the device's thread ran
+        launches meanwhile (``extra``'s ``device_thread_busy_share``: near 1, the step is the
+        device's programs; the host's work is hidden behind them)."""
         import neuron_lab
+        from neuron_lab import runtime
         with self._own_regions(), neuron_lab.mode(self.mode):
-            yield
+            busy, t0 = runtime.stats()["device_thread_busy_s"], time.perf_counter()
+            try:
+                yield
+            finally:
+                self._device_thread[0] += runtime.stats()["device_thread_busy_s"] - busy
+                self._device_thread[1] += time.perf_counter() - t0
 
     def settle(self, warm, cfg):
         from neuron_lab import runtime
@@ -204,6 +214,8 @@ class NeuronAdaptive(NeuronEager):
         out = {k: s.get(k) for k in keep}
         out["compile_seconds"] = s["compile_seconds"] - getattr(self, "_compile_s0", 0.0)
         out["settle"] = getattr(self, "settle_info", None)
+        busy, sampled = getattr(self, "_device_thread", (0.0, 0.0))
+        out["device_thread_busy_share"] = busy / sampled if sampled else None
         regs = runtime.regions()
         out["region_status"] = {}
         for r in regs:

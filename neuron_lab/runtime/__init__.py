@@ -114,6 +114,8 @@ def stats() -> dict:
     s["queue_depth"] = len(engine.records)
     s["compiles_pending"] = worker.pending()
     s["compile_seconds"] = worker.state["seconds"]
+    s["device_thread_launches"] = engine.queue.launched    # launches run on the device's thread
+    s["device_thread_busy_s"] = engine.queue.busy_s        # and the seconds they took
     total = s["ops_fused"] + s["ops_per_op"]
     s["fused_share"] = s["ops_fused"] / total if total else 0.0
     lookups = s["hits"] + s["misses"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from typing import Callable, NamedTuple
@@ -56,6 +57,7 @@ class LaunchQueue:
         self.ident: int | None = None         # the worker thread's
         self.error: BaseException | None = None
         self.launched = 0                     # jobs run on the worker (tests, metrics)
+        self.busy_s = 0.0                     # seconds the worker spent running them
         _queues.add(self)
 
     def busy(self) -> bool:
@@ -112,6 +114,7 @@ class LaunchQueue:
                 while not jobs:
                     cv.wait()
                 job = jobs[0]
+            t0 = time.perf_counter()
             try:
                 job.run()
             except BaseException as e:  # noqa: BLE001 - reported at the next drain
@@ -122,6 +125,7 @@ class LaunchQueue:
                 with cv:
                     jobs.popleft()
                     self.launched += 1
+                    self.busy_s += time.perf_counter() - t0
                     cv.notify_all()
 
     def after_fork(self) -> None:

@@ -44,6 +44,8 @@ def test_json_schema(cli_run):
     assert w1["eager"]["launches"] == 65                  # 64 ops and the .item(), each a launch
     assert w1["adaptive"]["launches"] < w1["eager"]["launches"]
     assert w1["eager"]["flops"] == w1["adaptive"]["flops"] and w1["speedup"] > 1
+    share = res["workloads"]["W1"]["extra"]["neuron_adaptive"]["device_thread_busy_share"]
+    assert share is not None and 0 <= share <= 1      # of the sampled time: W1 reads each run
     for w in res["workloads"].values():
         assert w["title"] and w["seconds"] >= 0
         for r in w["ratios"]:

@@ -51,9 +51,13 @@ def test_a_training_loop_without_reads_runs_on_the_device_thread_and_equals_cpu(
     ref = _mlp()
     _train(ref, x, y, 12)
     model = _mlp().to("neuron")
-    before = runtime.engine.queue.launched
+    before, s0 = runtime.engine.queue.launched, runtime.stats()
     _train(model, x.to("neuron"), y.to("neuron"), 12)
     assert runtime.engine.queue.launched > before       # launched on the device's thread
+    neuron_lab.sync()
+    s1 = runtime.stats()
+    assert s1["device_thread_launches"] == runtime.engine.queue.launched
+    assert s1["device_thread_busy_s"] > s0["device_thread_busy_s"]
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)                 # read while launches may be queued
     saved = torch.load(io.BytesIO(buf.getvalue()), map_location="cpu")
