@@ -5,9 +5,9 @@ An accelerator runs its work asynchronously: the host issues a launch and goes o
 where it reads a value (``.item()``, ``.cpu()``, ``print``) or asks to (``synchronize``). The
 adaptive runtime keeps that shape on the emulated device. A region whose values nobody is
 waiting for — it ended because the next op left its path, at ``Optimizer.step()``'s start
-or end, or (``NEURON_LAB_BACKWARD_BOUNDARY``) at a ``backward()``'s start — and whose fused program is decided on is queued here and run by one worker thread
-(``Engine._launch`` says which launches, and why not the others); the host returns to the
-user's Python at once. Its outputs are pending shells until the worker
+or end, or (``NEURON_LAB_BACKWARD_BOUNDARY``) at a ``backward()``'s start — and whose fused
+program is decided on is queued here and run by one worker thread (``Engine._launch`` says
+which launches, and why not the others); the host returns to the user's Python at once. Its outputs are pending shells until the worker
 fills them, exactly as they were between deferral and launch, so the host can defer ops that
 read them, and the next region's launch reads them filled (jobs run in issue order).
 
