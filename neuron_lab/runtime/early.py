@@ -9,14 +9,15 @@ previous step's optimizer update (queued) writes: the read waited for the whole 
 and the host's Python for this step's forward and backward then ran with the device idle.
 
 ``take(engine, f, args, kwargs)`` serves such a read while the queue is busy: the ops the read
-value is made of (its *cone*: the segment's ops its arguments depend on) run now, per-op on
-this thread, if they read nothing queued work writes (no pending input, no input a queued
-launch or an op of the segment writes in place: AdamW's ``step`` counters, read by ``.item()``
-right after ``_foreach_add_`` queued their increment) and write nothing but their own outputs. Their pending outputs receive
-their values, the read runs, and the segment goes on deferring. When the segment launches (at
-its region's end, queued like any other), its fused program or per-op replay computes those
-ops again and leaves the values already given (``pending.fill`` fills a shell once). A cone of
-more than ``MAX_OPS`` ops, or one that depends on queued work, takes the usual way: a flush.
+value is made of (its *cone*: the segment's ops its arguments depend on) run now, per-op on this
+thread, if they read nothing queued work writes (no pending input, no input a queued launch or
+an op of the segment writes in place: AdamW's ``step`` counters, read by ``.item()`` right after
+``_foreach_add_`` queued their increment) and write nothing but their own outputs. Their pending
+outputs receive their values, the read runs, and the segment goes on deferring. When the segment
+launches (at its region's end, queued like any other), its fused program or per-op replay
+computes those ops again and leaves the values already given (``pending.fill`` fills a shell
+once). A cone of more than ``MAX_OPS`` ops, or one that depends on queued work, takes the usual
+way: a flush.
 
 The same test lets a boundary op that reads nothing queued work writes run at once when no
 segment is open: a training loop's ``x.to("neuron")`` of each new batch (a fresh device
