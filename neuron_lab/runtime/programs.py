@@ -137,7 +137,17 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
     AOTAutograd's cache key is made without renaming the placeholders first
     (``autograd_cache_normalize_inputs``): that renaming regenerates the module's code twice
     (~8 ms of a ~45 ms load from a warm cache, with the GIL), and ``build`` names them the same
-    way for the same region every time (``scalars``, ``in0``...), so the keys hit as before."""
+    way for the same region every time (``scalars``, ``in0``...), so the keys hit as before.
+
+    A program of at least ``NEURON_LAB_CPP_WRAPPER_OPS`` (100) ATen calls gets inductor's C++
+    wrapper: the launch is one C++ call that releases the GIL from its first kernel to its last.
+    With the Python wrapper every ATen call returns to Python and takes the GIL back, which on
+    the device's thread (``launch_queue``) means waiting for the host's Python: W6's step made
+    84-89 thread switches with it and 33-35 with the C++ wrapper, and was faster in 31 of 40
+    alternating blocks of five in-process A/Bs (docs/performance.md). Small programs keep the
+    Python wrapper: their launch is short, the C++ wrapper costs a C++ compile and ~100 ms more
+    to load, and W1's 64-op program ran no faster with it. A graph the C++ wrapper cannot build
+    falls back to the Python wrapper."""
     import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
@@ -146,8 +156,21 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
         patch["cpp.threads"] = 1
     names = ({"autograd_cache_normalize_inputs": False}      # a torch without it renames
              if hasattr(fconf, "autograd_cache_normalize_inputs") else {})
+    if _wants_cpp_wrapper(gm):
+        try:
+            with iconf.patch({**patch, "cpp_wrapper": True}), fconf.patch(names):
+                return compile_fx(copy.deepcopy(gm), examples)
+        except Exception:  # noqa: BLE001 - a graph the C++ wrapper cannot build: Python's
+            pass
     with iconf.patch(patch), fconf.patch(names):
         return compile_fx(gm, examples)
+
+
+def _wants_cpp_wrapper(gm: fx.GraphModule) -> bool:
+    """Does this region's program get inductor's C++ wrapper (``NEURON_LAB_CPP_WRAPPER_OPS``)?"""
+    least = knobs.CPP_WRAPPER_OPS.get()
+    return least > 0 and sum(isinstance(n.target, torch._ops.OpOverload)
+                             for n in gm.graph.nodes) >= least
 
 
 def _fake(examples: list) -> list:

@@ -145,24 +145,62 @@ def test_background_compile_shares_the_gil_in_short_slices():
     assert all(v == pytest.approx(ref, rel=1e-5) for v in vals)
 
 
+def _watch_compiles(monkeypatch, read, refuse=lambda: False) -> list:
+    """Patch inductor's ``compile_fx``: each call appends ``read()`` (the config it runs under)
+    to the returned list; a call for which ``refuse()`` is true raises, as a failed build does."""
+    from torch._inductor import compile_fx as cfx
+    seen, real = [], cfx.compile_fx
+
+    def spy(gm, examples, *a, **k):
+        seen.append(read())
+        if refuse():
+            raise RuntimeError("injected: inductor cannot build this graph")
+        return real(gm, examples, *a, **k)
+    monkeypatch.setattr(cfx, "compile_fx", spy)
+    return seen
+
+
+def _fused_cells(n: int) -> list:
+    """``n`` runs of ``_cell`` (one 21-op region); checks each value against CPU's."""
+    x = torch.linspace(0, 1, 512, device="neuron")
+    vals = [_cell(x).item() for _ in range(n)]
+    assert all(v == pytest.approx(_cell(torch.linspace(0, 1, 512)).item(), rel=1e-5) for v in vals)
+    return vals
+
+
 def test_compiles_use_one_compile_worker(monkeypatch):
     """Inductor compiles the runtime's regions with NEURON_LAB_COMPILE_THREADS workers (1: no
     process pool competing with the user's loop, bench W7); the process's own setting (for
     the user's torch.compile) is left as it was."""
     import torch._inductor.config as iconf
-    from torch._inductor import compile_fx as cfx
-    seen, real = [], cfx.compile_fx
-
-    def spy(gm, examples, *a, **k):
-        seen.append(iconf.compile_threads)
-        return real(gm, examples, *a, **k)
-    monkeypatch.setattr(cfx, "compile_fx", spy)
-    x = torch.linspace(0, 1, 512, device="neuron")
+    seen = _watch_compiles(monkeypatch, lambda: iconf.compile_threads)
     with knobs.TRIALS.scoped(0), iconf.patch({"compile_threads": 2}):   # the process's setting
-        vals = [_cell(x).item() for _ in range(4)]
+        _fused_cells(4)
         assert iconf.compile_threads == 2
     assert runtime.stats()["compiles_done"] == 1 and seen[0] == knobs.COMPILE_THREADS.get() == 1
-    assert all(v == pytest.approx(_cell(torch.linspace(0, 1, 512)).item(), rel=1e-5) for v in vals)
+
+
+@pytest.mark.parametrize("least, cpp", [(1, True), (10_000, False)])
+def test_programs_of_many_ops_get_the_cpp_wrapper(monkeypatch, least, cpp):
+    """A program of at least NEURON_LAB_CPP_WRAPPER_OPS ATen calls is compiled with inductor's
+    C++ wrapper (its launch runs without the GIL between kernels); smaller ones keep the Python
+    wrapper. Either way the values are CPU's."""
+    import torch._inductor.config as iconf
+    seen = _watch_compiles(monkeypatch, lambda: iconf.cpp_wrapper)
+    with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(least):
+        _fused_cells(8)
+    s = runtime.stats()
+    assert s["compiles_done"] == 1 and s["launches_fused"] >= 1 and seen == [cpp]
+
+
+def test_a_graph_the_cpp_wrapper_cannot_build_gets_the_python_wrapper(monkeypatch):
+    import torch._inductor.config as iconf
+    seen = _watch_compiles(monkeypatch, lambda: iconf.cpp_wrapper, refuse=lambda: iconf.cpp_wrapper)
+    with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(1):
+        _fused_cells(8)
+    s = runtime.stats()
+    assert seen == [True, False]
+    assert s["compiles_done"] == 1 and s["compiles_failed"] == 0 and s["launches_fused"] >= 1
 
 
 def test_a_host_gap_op_fuses_with_its_substitute():
