@@ -194,6 +194,8 @@ def test_programs_of_many_ops_get_the_cpp_wrapper(monkeypatch, least, cpp):
 
 
 def test_a_graph_the_cpp_wrapper_cannot_build_gets_the_python_wrapper(monkeypatch):
+    """The C++ wrapper's build fails: the same graph is compiled again with the Python wrapper
+    and runs fused; the region is not counted as a failed compile."""
     import torch._inductor.config as iconf
     seen = _watch_compiles(monkeypatch, lambda: iconf.cpp_wrapper, refuse=lambda: iconf.cpp_wrapper)
     with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(1):
