@@ -30,9 +30,9 @@ import torch
 
 from ..device import shell
 from ..device.executor import host_device
-from .pending import alive, fill
-from .record import Ref, flatten_outputs
-from .replay import _reads, _resolve
+from .pending import fill
+from .record import Ref
+from .replay import _reads, run_one
 
 Tensor = torch.Tensor
 MAX_OPS = 64
@@ -139,13 +139,4 @@ def _run(records: list, positions: list) -> None:
     env = (shell.host_now, Ref, torch.device, host_device)
     vals: dict = {}
     for i in positions:
-        rec = records[i]
-        args = [_resolve(a, vals, env) for a in rec.args]
-        kwargs = ({k: _resolve(v, vals, env) for k, v in rec.kwargs.items()} if rec.kwargs
-                  else {})
-        houts = vals[i] = flatten_outputs(rec.facts.call(*args, **kwargs))
-        for k, pair in enumerate(rec.outs):
-            if pair is not None and k < len(houts) and houts[k] is not None:
-                tgt = alive(pair)
-                if tgt is not None:
-                    fill(tgt, houts[k])
+        vals[i] = run_one(records[i], vals, env, fill)

@@ -59,6 +59,20 @@ def freed_after(records: list, ref_type) -> list[list[int]]:
     return out
 
 
+def run_one(rec, vals, env, fill_) -> list:
+    """Run record ``rec``'s op on host values (``env``: ``_resolve``'s, its Refs read from
+    ``vals``), ``fill_`` each of its outputs still alive; returns its host outputs."""
+    args = [_resolve(a, vals, env) for a in rec.args]
+    kwargs = {k: _resolve(v, vals, env) for k, v in rec.kwargs.items()} if rec.kwargs else {}
+    houts = flatten_outputs(rec.facts.call(*args, **kwargs))
+    for k, pair in enumerate(rec.outs):
+        if pair is not None and k < len(houts) and houts[k] is not None:
+            tgt = alive(pair)
+            if tgt is not None:
+                fill_(tgt, houts[k])
+    return houts
+
+
 def replay_py(records: list, host, fill_, ref_type, device_type, host_device_) -> None:
     """Run ``records`` one op at a time on host values (``host``: a device tensor's, a Ref of
     ``ref_type``: an earlier output's, a ``device_type`` "neuron": ``host_device_()``),
@@ -69,20 +83,11 @@ def replay_py(records: list, host, fill_, ref_type, device_type, host_device_) -
     frees = freed_after(records, ref_type)
     vals: list[list | None] = []
     for i, rec in enumerate(records):
-        args = [_resolve(a, vals, env) for a in rec.args]
-        kwargs = ({k: _resolve(v, vals, env) for k, v in rec.kwargs.items()} if rec.kwargs
-                  else {})
         try:
-            houts = flatten_outputs(rec.facts.call(*args, **kwargs))
+            vals.append(run_one(rec, vals, env, fill_))
         except Exception as e:
             e.neuron_lab_failed = (i, rec)       # which deferred op: the engine explains it
             raise
-        vals.append(houts)
-        for k, pair in enumerate(rec.outs):
-            if pair is not None and k < len(houts) and houts[k] is not None:
-                tgt = alive(pair)
-                if tgt is not None:
-                    fill_(tgt, houts[k])
         for j in frees[i]:
             vals[j] = None
 
