@@ -50,6 +50,17 @@ def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> l
 host_inputs = native.twin("host_inputs", host_inputs_py)
 
 
+def held_call_py(program, inputs: list):
+    """``program(*inputs)``. Its C twin (csrc/held_call.cpp) holds a C++ reference on every input
+    tensor for the call, so a program that runs without the GIL (inductor's C++ wrapper) frees
+    its input handles without waiting for the GIL: W6's AdamW program beside the host's Python,
+    2.7 -> 0.8-1.0 ms (the C file's header says why)."""
+    return program(*inputs)
+
+
+held_call = native.twin("held_call", held_call_py)
+
+
 def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
     """The host tensors to call the program with, or None if the aliasing pattern differs.
     ``packed``: the scalars input to use instead of packing this launch's floats."""
@@ -90,7 +101,7 @@ def run(region, records: list) -> float | None:
     if inputs is None:
         return None
     t0 = time.perf_counter()
-    outs = program(*inputs)
+    outs = held_call(program, inputs)
     checked = region.relayout
     if checked is None or checked[0] is not program:      # its first launch
         checked = region.relayout = (program, misplaced(plan.outputs, region.metas, outs))

@@ -1,7 +1,8 @@
 """The runtime's C extension (``runtime/csrc``): the deferral hot path (``deferral.cpp``, with
 ``deferral_keys.cpp`` and ``deferral_shells.cpp``; used by ``fastpath``), the engine's
 record keeping (``records.cpp``: ``record.record_run``, ``pending.live_outputs``,
-``compiler.scalar_values``) and per-op replay (``replay.cpp``: ``replay.replay_py``). Built
+``compiler.scalar_values``), per-op replay (``replay.cpp``: ``replay.replay_py``) and the fused
+launch's call (``held_call.cpp``: ``fused.held_call_py``). Built
 once per source hash with the device's builder, next to the device's own extension.
 
 Every C function here has a Python reference of the same name and behaviour, which is what runs
