@@ -29,6 +29,9 @@ it did not compute raise "has no value" where they are read (``blame.no_value``)
 
 At most ``DEPTH`` launches wait: a host further ahead waits for the oldest (its pending outputs
 are counted as allocated until then, so a runaway host cannot outgrow the modelled memory).
+A job that ran leaves its records (and the tensors they hold) to the host's next ``submit``
+while the worker has more to run, and the worker lets them go itself before it goes idle, so a
+``wait`` never returns before they are gone (``submit`` says why).
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ class LaunchQueue:
     def __init__(self) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._jobs: deque[Job] = deque()      # the running job stays first until it is done
+        self._done: list[Job] = []            # run, their records not yet let go (``submit``)
         self._thread: threading.Thread | None = None
         self.ident: int | None = None         # the worker thread's
         self.error: BaseException | None = None
@@ -70,7 +74,13 @@ class LaunchQueue:
         return threading.get_ident() == self.ident
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; waits while ``DEPTH`` launches are ahead of it."""
+        """Queue ``job``; waits while ``DEPTH`` launches are ahead of it. Then lets go of the
+        records of the jobs run meanwhile (``_drop_done``): the worker leaves them to the host
+        while it has more to run, and drops them itself when it goes idle. Every Python tensor
+        freed releases and retakes the GIL (torch's ``THPVariable_clear``), so a worker
+        dropping a 442-op job beside the host's Python handed the GIL back and forth ~10
+        times a W6 step, each time waiting for the host's Python; the host drops them while
+        the worker runs its next program without the GIL (docs/performance.md)."""
         with self._cv:
             while len(self._jobs) >= DEPTH:
                 self._cv.wait()
@@ -78,6 +88,7 @@ class LaunchQueue:
             if self._thread is None:
                 self._start()
             self._cv.notify_all()
+        self._drop_done()
 
     def wait(self) -> None:
         """Wait until every queued launch has run (on the worker thread itself: at once)."""
@@ -123,17 +134,30 @@ class LaunchQueue:
                 if self.error is None:
                     self.error = e
             finally:
-                job = None              # its records hold their inputs: let them go now
+                job = None
                 with cv:
-                    jobs.popleft()
+                    ran = jobs.popleft()
+                    if jobs:                # more to run: the host lets it go (``submit``)
+                        self._done.append(ran)
+                    else:                   # going idle: every record goes now, before a
+                        self._done.clear()  # waiting host hears that the queue ran
+                    del ran
                     self.launched += 1
                     self.busy_s += time.perf_counter() - t0
                     cv.notify_all()
+
+    def _drop_done(self) -> None:
+        """On the host: let the finished jobs' records go (see ``submit``), outside the lock."""
+        if self._done:
+            with self._cv:
+                done, self._done = self._done, []
+            done.clear()
 
     def after_fork(self) -> None:
         """A forked child (a DataLoader worker) has no worker thread: it starts empty."""
         self._cv = threading.Condition(threading.Lock())
         self._jobs = deque()
+        self._done = []
         self._thread = None
         self.ident = None
         self.error = None

@@ -6,6 +6,7 @@ import copy
 import io
 import threading
 import time
+import weakref
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ import torch
 import neuron_lab
 from neuron_lab import runtime
 from neuron_lab.runtime import knobs
-from neuron_lab.runtime.launch_queue import Job
+from neuron_lab.runtime.launch_queue import Job, LaunchQueue
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 
@@ -40,6 +41,52 @@ def _train(model, x, y, steps):
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()          # no sync: the loop never reads a value
     return opt
+
+
+class _Record:
+    """Stands for a job's deferred op: only the job refers to it."""
+
+
+def _until(cond, timeout=30.0) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "the queue's worker did not get there"
+        time.sleep(0.001)
+
+
+def test_the_host_lets_go_of_jobs_that_ran_while_the_worker_has_more_to_run():
+    """A job that ran with another queued behind it is left to the host (the worker runs on);
+    the host's next submit lets its records go, while the worker still runs."""
+    q, first, last = LaunchQueue(), threading.Event(), threading.Event()
+    rec = _Record()
+    gone = weakref.ref(rec)
+    q.submit(Job(lambda: first.wait(30), []))
+    q.submit(Job(lambda: None, [rec]))
+    q.submit(Job(lambda: last.wait(30), []))
+    del rec
+    first.set()
+    _until(lambda: q.launched == 2)             # the record's job ran; the third job runs
+    assert gone() is not None                   # the worker left it to the host
+    q.submit(Job(lambda: None, []))
+    assert gone() is None and q.busy()
+    last.set()
+    q.wait()
+
+
+def test_a_worker_going_idle_lets_go_of_every_record_before_a_wait_returns():
+    """The last queued job's records, and any left to the host, are gone when ``wait``
+    returns: memory read after a synchronize counts none of them."""
+    q = LaunchQueue()
+    for _ in range(50):
+        gate = threading.Event()
+        recs = [_Record(), _Record()]
+        gone = [weakref.ref(r) for r in recs]
+        q.submit(Job(lambda: gate.wait(30), [recs[0]]))
+        q.submit(Job(lambda: None, [recs[1]]))
+        del recs
+        gate.set()
+        q.wait()
+        assert [g() for g in gone] == [None, None]
 
 
 def test_a_training_loop_without_reads_runs_on_the_device_thread_and_equals_cpu(fused):
