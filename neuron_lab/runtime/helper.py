@@ -83,7 +83,7 @@ class ExampleSpec(NamedTuple):
 class Request(NamedTuple):
     nodes: list          # [NodeSpec]
     examples: list       # [ExampleSpec]
-    largest: int
+    build: Any           # programs.Build
     fixed: list | None
     fallback: list | None
 
@@ -181,12 +181,12 @@ class CompileTimeout(Exception):
 
 
 # --- the user's side -----------------------------------------------------------------------
-def ask(gm, examples: list, largest: int, fixed, fallback) -> Reply | None:
+def ask(gm, examples: list, build, fixed, fallback) -> Reply | None:
     """Compile in the helper; its Reply (a marker's, if a helper compiled the graph before), or
     None when there is no helper to ask (the caller compiles in-process). Blocks the calling
     thread (the worker), not the GIL."""
     try:
-        req = Request(graph_spec(gm), [example_spec(t) for t in examples], largest, fixed,
+        req = Request(graph_spec(gm), [example_spec(t) for t in examples], build, fixed,
                       fallback)
     except NotDescribable:
         return None
@@ -329,7 +329,7 @@ def _serve(inp, out) -> None:
         try:
             gm = graph_of(req.nodes)
             program = compile_program(gm, [example_of(s) for s in req.examples],
-                                      req.largest, req.fixed, req.fallback)
+                                      req.build, req.fixed, req.fallback)
             forced = (program.fixed if isinstance(program, Specialized) and not program.chosen
                       else None)
             reply = Reply(True, forced, None, time.perf_counter() - t0)

@@ -62,10 +62,11 @@ BACKWARD_BOUNDARY = Knob("NEURON_LAB_BACKWARD_BOUNDARY", False, boolean,
                              "the backward (loops that read a value every step; off: forward "
                              "and backward are one region, docs/performance.md)")
 CPP_WRAPPER_OPS = Knob("NEURON_LAB_CPP_WRAPPER_OPS", 100, int, minimum=0,
-                       doc="programs of at least this many ATen calls compile with "
-                           "inductor's C++ wrapper: their launch runs from its first kernel "
-                           "to its last without the GIL (a graph it cannot build gets the "
-                           "Python wrapper); 0: every program gets the Python wrapper "
+                       doc="programs of at least this many ATen calls, and any whose "
+                           "launches run beside the host (nobody waits for them), compile "
+                           "with inductor's C++ wrapper: their launch runs from its first "
+                           "kernel to its last without the GIL (a graph it cannot build gets "
+                           "the Python wrapper); 0: every program gets the Python wrapper "
                            "(docs/performance.md)")
 VERIFY = Knob("NEURON_LAB_VERIFY", False, boolean,
               doc="check each fused program's first launches against per-op replay "

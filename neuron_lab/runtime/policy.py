@@ -40,7 +40,7 @@ import statistics
 
 import torch
 
-from . import compiler, fused, knobs, replay, verify, worker
+from . import compiler, fused, knobs, programs, replay, verify, worker
 from .status import Status
 
 # Ops that never enter a region: they touch the host or other devices.
@@ -297,5 +297,5 @@ def maybe_compile(region, records, needed, stats) -> None:
     region.plan = plan
     region.move(Status.QUEUED)
     fixed = region.floats_seen if plan.scalars and region.floats_seen else None
-    worker.submit(region, gm, examples, stats, compiler.largest_numel(records),
-                  (fixed, region.floats_before))
+    build = programs.Build(compiler.largest_numel(records), beside_host=region.unwaited > 0)
+    worker.submit(region, gm, examples, stats, build, (fixed, region.floats_before))

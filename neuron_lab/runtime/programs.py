@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from typing import NamedTuple
 
 import torch
 from torch import fx
@@ -59,6 +60,15 @@ def _fx_patches_stay_in_their_thread() -> None:
     st._Patcher.patch_method = patch_method
 
 
+class Build(NamedTuple):
+    """How a region's program is built, beyond its graph. ``largest``: the element count of its
+    largest tensor (smaller regions compile single-threaded, ``compile_program``);
+    ``beside_host``: its launches were not waited for, so it runs on the device's thread beside
+    the host's Python and gets inductor's C++ wrapper whatever its size (``_inductor``)."""
+    largest: int = 0
+    beside_host: bool = False
+
+
 class Specialized:
     """A program compiled with the region's floats as constants ``fixed`` (a list, in plan
     order); ``fused.launch_inputs`` checks them before each launch. ``chosen``: specialized
@@ -93,7 +103,7 @@ def _specialize(gm: fx.GraphModule, values: list) -> fx.GraphModule:
     return gm
 
 
-def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
+def compile_program(gm: fx.GraphModule, examples: list, build: Build = Build(),
                     fixed: list | None = None, fallback: list | None = None,
                     packed: bool | None = None):
     """Compile with inductor; returns a callable ``program(*inputs) -> tuple of outputs``.
@@ -112,22 +122,22 @@ def compile_program(gm: fx.GraphModule, examples: list, largest: int = 0,
     _fx_patches_stay_in_their_thread()
     item = torch.ops.aten._local_scalar_dense.default
     if not any(n.target is item for n in gm.graph.nodes):
-        return _inductor(gm, _fake(examples), largest)
+        return _inductor(gm, _fake(examples), build)
     if fixed is not None:         # fake examples with a ShapeEnv: inductor's caches need one
-        return Specialized(_inductor(_specialize(gm, fixed), _fake(examples), largest), fixed,
+        return Specialized(_inductor(_specialize(gm, fixed), _fake(examples), build), fixed,
                            chosen=True)
     if packed:
-        return _inductor(gm, _fake(examples), largest)
+        return _inductor(gm, _fake(examples), build)
     if packed is None:
         try:                                               # packed floats (see module header)
-            return _inductor(copy.deepcopy(gm), _fake(examples), largest)
+            return _inductor(copy.deepcopy(gm), _fake(examples), build)
         except Exception:  # noqa: BLE001 - floats that cannot be data: specialize, guard them
             pass
     values = fallback if fallback is not None else examples[0].tolist()
-    return Specialized(_inductor(_specialize(gm, values), _fake(examples), largest), values)
+    return Specialized(_inductor(_specialize(gm, values), _fake(examples), build), values)
 
 
-def _inductor(gm: fx.GraphModule, examples: list, largest: int):
+def _inductor(gm: fx.GraphModule, examples: list, build: Build):
     """``compile_fx`` with ``NEURON_LAB_COMPILE_THREADS`` compile workers (default 1). Inductor
     would start a pool of one worker process per core, each importing torch: on 2 cores a user's
     training step ran 1.35x its eager time on average while the first regions compiled (4x for
@@ -139,24 +149,27 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
     (~8 ms of a ~45 ms load from a warm cache, with the GIL), and ``build`` names them the same
     way for the same region every time (``scalars``, ``in0``...), so the keys hit as before.
 
-    A program of at least ``NEURON_LAB_CPP_WRAPPER_OPS`` (100) ATen calls gets inductor's C++
-    wrapper: the launch is one C++ call that releases the GIL from its first kernel to its last.
-    With the Python wrapper every ATen call returns to Python and takes the GIL back, which on
-    the device's thread (``launch_queue``) means waiting for the host's Python: W6's step made
-    84-89 thread switches with it and 33-35 with the C++ wrapper, and was faster in 31 of 40
-    alternating blocks of five in-process A/Bs (docs/performance.md). Small programs keep the
-    Python wrapper: their launch is short, the C++ wrapper costs a C++ compile and ~100 ms more
-    to load, and W1's 64-op program ran no faster with it. A graph the C++ wrapper cannot build
-    falls back to the Python wrapper."""
+    A program that runs beside the host (``Build.beside_host``: its launches were not waited
+    for, so they go to the device's thread) or has at least ``NEURON_LAB_CPP_WRAPPER_OPS`` (100)
+    ATen calls gets inductor's C++ wrapper: the launch is one C++ call that releases the GIL
+    from its first kernel to its last. The Python wrapper runs inductor's kernels holding the
+    GIL and releases it around each ATen call, which on the device's thread (``launch_queue``)
+    means taking turns with the host's Python: W6's step made 84-89 thread switches with it and
+    33-35 with the C++ wrapper, and was faster in 31 of 40 alternating blocks of five in-process
+    A/Bs; W3's programs (37 and 52 calls, launched beside the host) 15.25 -> 5.3 switches a
+    step, step median 4.64 -> 4.40 ms, faster in 6 of 8 blocks (docs/performance.md). A program
+    whose launches are waited for, and small, keeps the Python wrapper: the C++ wrapper costs a
+    C++ compile and ~100 ms more to load, and W1's 64-op program (read every iteration) ran no
+    faster with it. A graph the C++ wrapper cannot build falls back to the Python wrapper."""
     import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
     patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
-    if host_device().type == "cpu" and largest < knobs.PARALLEL_MIN_NUMEL.get():
+    if host_device().type == "cpu" and build.largest < knobs.PARALLEL_MIN_NUMEL.get():
         patch["cpp.threads"] = 1
     names = ({"autograd_cache_normalize_inputs": False}      # a torch without it renames
              if hasattr(fconf, "autograd_cache_normalize_inputs") else {})
-    if _wants_cpp_wrapper(gm):
+    if _wants_cpp_wrapper(gm, build.beside_host):
         try:
             with iconf.patch({**patch, "cpp_wrapper": True}), fconf.patch(names):
                 return compile_fx(copy.deepcopy(gm), examples)
@@ -166,11 +179,13 @@ def _inductor(gm: fx.GraphModule, examples: list, largest: int):
         return compile_fx(gm, examples)
 
 
-def _wants_cpp_wrapper(gm: fx.GraphModule) -> bool:
-    """Does this region's program get inductor's C++ wrapper (``NEURON_LAB_CPP_WRAPPER_OPS``)?"""
+def _wants_cpp_wrapper(gm: fx.GraphModule, beside_host: bool = False) -> bool:
+    """Does this region's program get inductor's C++ wrapper? If it runs beside the host
+    (``Build.beside_host``) or has ``NEURON_LAB_CPP_WRAPPER_OPS`` ATen calls; never with the
+    knob at 0."""
     least = knobs.CPP_WRAPPER_OPS.get()
-    return least > 0 and sum(isinstance(n.target, torch._ops.OpOverload)
-                             for n in gm.graph.nodes) >= least
+    return least > 0 and (beside_host or sum(isinstance(n.target, torch._ops.OpOverload)
+                                             for n in gm.graph.nodes) >= least)
 
 
 def _fake(examples: list) -> list:

@@ -62,13 +62,13 @@ class _Cancelled(BaseException):
     compiler's own ``except Exception`` handlers must not swallow it)."""
 
 
-def _compile(region, gm, examples, stats, largest=0, floats=(None, None)) -> None:
+def _compile(region, gm, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
     t0 = time.perf_counter()
     region.move(Status.COMPILING)
     _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
-        program = _compiled(region, gm, examples, largest, floats)
+        program = _compiled(region, gm, examples, build, floats)
     except _Cancelled:
         region.move(Status.RECORDED)
         _add("cancelled", 1)
@@ -96,7 +96,7 @@ def _compile(region, gm, examples, stats, largest=0, floats=(None, None)) -> Non
         _add("seconds", time.perf_counter() - t0)
 
 
-def _compiled(region, gm, examples, largest, floats):
+def _compiled(region, gm, examples, build, floats):
     """The region's program. With the compile helper (``helper.py``; background compiles only)
     the helper compiles first, outside dynamo's lock, and the compile here loads its result
     from inductor's caches; after a helper error it compiles here from scratch (the reference).
@@ -104,13 +104,13 @@ def _compiled(region, gm, examples, largest, floats):
     fixed, fallback = floats
     packed = None
     if knobs.COMPILE_HELPER.get() and not knobs.SYNC_COMPILE.get():
-        reply = helper.ask(gm, examples, largest, fixed, fallback)
+        reply = helper.ask(gm, examples, build, fixed, fallback)
         if _closing:                 # shutdown stopped the helper: do not compile here instead
             raise _Cancelled
         if reply is not None and reply.ok:
             packed = reply.specialized_on is None
     with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
-        return programs.compile_program(gm, examples, largest, fixed, fallback, packed)
+        return programs.compile_program(gm, examples, build, fixed, fallback, packed)
 
 
 def _compile_lock():
@@ -173,9 +173,9 @@ def has_room() -> bool:
     return not _closing and state["queued"] < knobs.COMPILE_QUEUE.get()
 
 
-def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -> None:
-    """Compile ``gm`` for ``region`` in the background; ``floats``: (fixed, fallback) of
-    ``programs.compile_program``."""
+def submit(region, gm, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
+    """Compile ``gm`` for ``region`` in the background; ``build`` (a ``programs.Build``) and
+    ``floats`` ((fixed, fallback)) as ``programs.compile_program`` takes them."""
     global _thread
     if _closing:
         region.move(Status.RECORDED)
@@ -187,7 +187,7 @@ def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -
         # In a thread of its own, joined: a launch can happen inside a device kernel (a boundary
         # op flushes the queue), whose dispatch state (the Python key excluded, as in every
         # kernel) a compile must not inherit: FakeTensorMode refuses to start under it.
-        t = threading.Thread(target=_compile, args=(region, gm, examples, stats, largest, floats),
+        t = threading.Thread(target=_compile, args=(region, gm, examples, stats, build, floats),
                              name="neuron_lab-compile-sync")
         t.start()
         t.join()
@@ -196,7 +196,7 @@ def submit(region, gm, examples, stats, largest: int = 0, floats=(None, None)) -
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="neuron_lab-compile", daemon=True)
             _thread.start()
-    _q.put((region, gm, examples, stats, largest, floats))
+    _q.put((region, gm, examples, stats, build, floats))
 
 
 def shutdown(wait_s: float | None = None) -> None:

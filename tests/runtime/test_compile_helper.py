@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from neuron_lab import runtime
-from neuron_lab.runtime import helper, knobs, worker
+from neuron_lab.runtime import helper, knobs, programs, worker
 from neuron_lab.runtime.status import Status
 
 
@@ -176,10 +176,11 @@ def test_the_helper_replies_with_its_error():
     a = g.placeholder("in0")
     g.output((g.call_function(torch.ops.aten.mm.default, (a, a)),))
     gm = torch.fx.GraphModule(torch.nn.Module(), g)
-    bad = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3))], 0,
+    build = programs.Build()
+    bad = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3))], build,
                          None, None)                   # mm of a 1-d tensor: fails to trace
-    good = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3, 3))], 0,
-                          None, None)
+    good = helper.Request(helper.graph_spec(gm), [helper.example_spec(torch.randn(3, 3))],
+                          build, None, None)
     inp, out = io.BytesIO(), io.BytesIO()
     for r in (bad, good):
         pickle.dump(r, inp)
@@ -202,14 +203,13 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
     """``lerp``'s weight cannot be data: the helper tries the packed floats, fails, specializes;
     the user's process is told so and compiles the specialized program only (a cache hit),
     never the packed attempt."""
-    from neuron_lab.runtime import programs
     tried = []
     real = programs._inductor
 
-    def spy(gm, examples, largest):
+    def spy(gm, examples, build):
         tried.append(any(n.target is torch.ops.aten._local_scalar_dense.default
                          for n in gm.graph.nodes))
-        return real(gm, examples, largest)
+        return real(gm, examples, build)
     monkeypatch.setattr(programs, "_inductor", spy)
     compiles = helper.state["compiles"]
     a, b = torch.randn(64), torch.randn(64)
@@ -229,7 +229,6 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, grap
     """Floats that changed every launch are data; once the helper compiled them so, the user's
     process loads the same packed program (a cache hit) from the graph itself, keeping no copy
     of it for a specialized fallback it will not need."""
-    from neuron_lab.runtime import programs
     given = []
     real = programs._inductor
     monkeypatch.setattr(programs, "_inductor", lambda gm, *a: given.append(gm) or real(gm, *a))

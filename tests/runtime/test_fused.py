@@ -192,6 +192,40 @@ def test_programs_of_many_ops_get_the_cpp_wrapper(monkeypatch, least, cpp):
     assert s["compiles_done"] == 1 and s["launches_fused"] >= 1 and seen == [cpp]
 
 
+def test_a_region_launched_beside_the_host_gets_the_cpp_wrapper_whatever_its_size(monkeypatch):
+    """A training loop that never reads a value: its regions end at the optimizer's
+    boundaries, nobody waits for their launches, so their programs run on the device's thread
+    beside the host's Python and get the C++ wrapper although they are far under the size
+    threshold; a loop that reads every value (``_fused_cells``) keeps the Python wrapper. The
+    trained parameters are CPU's."""
+    import torch._inductor.config as iconf
+    seen = _watch_compiles(monkeypatch, lambda: iconf.cpp_wrapper)
+
+    def train(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                    torch.nn.Linear(32, 4)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x, y = torch.randn(8, 16).to(device), torch.randn(8, 4).to(device)
+        for _ in range(12):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        return [p.detach().cpu() for p in model.parameters()]
+    with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(10_000):
+        got = train("neuron")
+        runtime.wait_compiles()
+        got = train("neuron")
+        want = train("cpu")
+        assert seen and all(seen), seen
+        seen.clear()
+        runtime.reset()
+        _fused_cells(8)
+        assert seen == [False]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_a_graph_the_cpp_wrapper_cannot_build_gets_the_python_wrapper(monkeypatch):
     """The C++ wrapper's build fails: the same graph is compiled again with the Python wrapper
     and runs fused; the region is not counted as a failed compile."""
