@@ -55,6 +55,7 @@ from torch import fx
 
 from ..device.opinfo import overload
 from . import knobs
+from .programs import Build
 
 _BY_VALUE = 4096
 
@@ -83,7 +84,7 @@ class ExampleSpec(NamedTuple):
 class Request(NamedTuple):
     nodes: list          # [NodeSpec]
     examples: list       # [ExampleSpec]
-    build: Any           # programs.Build
+    build: Build
     fixed: list | None
     fallback: list | None
 
@@ -181,7 +182,7 @@ class CompileTimeout(Exception):
 
 
 # --- the user's side -----------------------------------------------------------------------
-def ask(gm, examples: list, build, fixed, fallback) -> Reply | None:
+def ask(gm, examples: list, build: Build, fixed, fallback) -> Reply | None:
     """Compile in the helper; its Reply (a marker's, if a helper compiled the graph before), or
     None when there is no helper to ask (the caller compiles in-process). Blocks the calling
     thread (the worker), not the GIL."""
