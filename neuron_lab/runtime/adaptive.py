@@ -341,13 +341,14 @@ class Engine:
 
     def _launch(self, region, wait: bool = True) -> None:
         """Launch the segment as ``region``: queued on the device's thread if nobody waits for
-        it (not ``wait``) and its fused program is decided on (``Status.FUSED``; a region launched
-        unwaited gets the C++ wrapper, whose launch holds no GIL, so the host's Python runs
-        beside it); else here and now, after the queue. A per-op replay holds the GIL nearly throughout: beside the host's Python it
-        only slowed both (bench W7, the loop while regions compile: 1.07-1.09x eager's step
-        inline, 1.28x queued), and a trial's samples are timed where nothing competes. Nor
-        while a compile runs: the helper process has the second core then (W7 1.06 -> 1.19
-        with fused launches queued beside the compiles)."""
+        it (not ``wait``) and its fused program is decided on (``Status.FUSED``; a region
+        launched unwaited gets the C++ wrapper, whose launch holds no GIL, so the host's Python
+        runs beside it); else here and now, after the queue. A per-op replay holds the GIL
+        nearly throughout: beside the host's Python it only slowed both (bench W7, the loop
+        while regions compile: 1.07-1.09x eager's step inline, 1.28x queued), and a trial's
+        samples are timed where nothing competes. Nor while a compile runs: the helper process
+        has the second core then (W7 1.06 -> 1.19 with fused launches queued beside the
+        compiles)."""
         recs = self.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)
