@@ -356,10 +356,11 @@ class Engine:
             self.cache.hit(region)
             self._debug("hit", region.id)
             needed = pending.live_outputs(recs)
-            if not wait and knobs.ASYNC.get():
-                region.unwaited += 1
-            if (wait or region.status is not Status.FUSED or worker.pending()
-                    or not knobs.ASYNC.get() or torch.autograd.profiler._is_profiler_enabled):
+            beside = not wait and knobs.ASYNC.get()
+            if beside:
+                region.beside_host = True
+            if (not beside or region.status is not Status.FUSED or worker.pending()
+                    or torch.autograd.profiler._is_profiler_enabled):
                 self.queue.wait()            # in issue order (a queued error: the next drain)
                 self._run_launch(region, recs, needed)
             else:

@@ -74,8 +74,8 @@ class Region:
         self.fused_s: list[float] = []
         self.compile_s: float | None = None
         self.fused_launches = 0
-        self.unwaited = 0               # launches nobody waited for (Engine._launch): fused, it
-                                        # runs beside the host (programs.Build.beside_host)
+        self.beside_host = False        # a launch nobody waited for (Engine._launch): fused,
+                                        # it runs beside the host (programs.Build.beside_host)
         self.verified = 0               # fused launches checked against per-op (NEURON_LAB_VERIFY)
         self.trial = 0
         self.since_decided = 0          # launches since the policy judged it slower

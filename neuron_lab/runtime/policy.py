@@ -297,5 +297,5 @@ def maybe_compile(region, records, needed, stats) -> None:
     region.plan = plan
     region.move(Status.QUEUED)
     fixed = region.floats_seen if plan.scalars and region.floats_seen else None
-    build = programs.Build(compiler.largest_numel(records), beside_host=region.unwaited > 0)
+    build = programs.Build(compiler.largest_numel(records), region.beside_host)
     worker.submit(region, gm, examples, stats, build, (fixed, region.floats_before))

@@ -179,7 +179,7 @@ def _inductor(gm: fx.GraphModule, examples: list, build: Build):
         return compile_fx(gm, examples)
 
 
-def _wants_cpp_wrapper(gm: fx.GraphModule, beside_host: bool = False) -> bool:
+def _wants_cpp_wrapper(gm: fx.GraphModule, beside_host: bool) -> bool:
     """Does this region's program get inductor's C++ wrapper? If it runs beside the host
     (``Build.beside_host``) or has ``NEURON_LAB_CPP_WRAPPER_OPS`` ATen calls; never with the
     knob at 0."""
