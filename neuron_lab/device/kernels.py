@@ -231,13 +231,14 @@ def use_native(ext) -> None:
     execute = ext.execute
 
 
-_run_here = None      # the native direct kernel's run_here, when its ops are registered
+_run_here = None      # the native direct kernel's run_here and run_handed, when its ops are
+_run_handed = None    # registered
 
 
 def use_direct(ext) -> None:
     """``run_now`` runs ``OpFacts.direct`` ops on the native direct kernel (``csrc/direct.cpp``)."""
-    global _run_here
-    _run_here = ext.run_here
+    global _run_here, _run_handed
+    _run_here, _run_handed = ext.run_here, ext.run_handed
 
 
 def run_now(f: OpFacts, args, kwargs):
@@ -245,9 +246,13 @@ def run_now(f: OpFacts, args, kwargs):
     adaptive engine's capture): on the direct kernel where it takes the call (no Python per
     op: ~2-4 us less than ``execute``), else ``execute``. Same results either way. Only ops
     whose PrivateUse1 kernel is the direct kernel (``OpFacts.direct_kernel``): any other op
-    would reach the generic kernel, and so the runtime, again."""
+    would reach the generic kernel, and so the runtime, again. The call the direct kernel handed
+    to the runtime (``args`` is its argument tuple) runs on the arguments the dispatcher passed
+    (``run_handed``: no second parsing and dispatch); any other, through the op's binding."""
     if f.direct_kernel:
-        out = _run_here(f.call, args, kwargs)
+        out = _run_handed(args)
+        if out is None:
+            out = _run_here(f.call, args, kwargs)
         if out is not None:
             return out
     return execute(f, args, kwargs)

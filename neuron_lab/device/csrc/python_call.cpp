@@ -137,7 +137,8 @@ struct Gil {   // PyGILState_Ensure/Release as a scope (the holder takes the GIL
 
 }  // namespace
 
-void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  PyObject** args_out) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
   Gil gil;
@@ -148,7 +149,9 @@ void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::
     throw python_error();
   }
   torch::jit::drop(*stack, n);
+  if (args_out != nullptr) *args_out = args;
   PyObject* out = call_generic_kernel(generic, args, kwargs);
+  if (args_out != nullptr) *args_out = nullptr;
   Py_DECREF(args);
   Py_DECREF(kwargs);
   if (out == nullptr) throw python_error();
