@@ -427,26 +427,20 @@ def test_host_view_in_c_is_the_view_recover_builds_in_python(eager, monkeypatch)
 
 def test_capture_runs_the_handed_call_on_the_dispatchers_arguments(monkeypatch):
     """Capture runs the op the direct kernel handed to the runtime on the arguments the
-    dispatcher passed (``run_handed``), not through the op's Python binding again: a new
-    tensor, a view, an in-place op (its self comes back), a wrapped number (``x * 1.5``) and
-    several outputs, each once, equal to CPU's. Outside the handed call it runs nothing."""
+    dispatcher passed (``run_handed``), not through the op's Python binding again
+    (``run_here``): a new tensor, a view, an in-place op (its self comes back), a wrapped number
+    (``x * 1.5``) and several outputs, each on the direct kernel, equal to CPU's. Outside the
+    handed call it runs nothing."""
     from neuron_lab import runtime
     from neuron_lab.device import kernels
-    ran, again = [], []
-    handed = kernels._run_handed
-
-    def spy(args):
-        out = handed(args)
-        ran.append(out is not None)
-        again.append(handed(args))              # a handed call runs once
-        return out
-
+    bound = []
+    here = kernels._run_here
     a_cpu, w_cpu = torch.randn(4, 8), torch.randn(8, 8)
     with neuron_lab.mode("adaptive"), knobs.COMPILE.scoped(False):
         runtime.reset()
         a, w = a_cpu.to("neuron"), w_cpu.to("neuron")
         torch.mm(a, w)                               # the segment's first op (Python engine)
-        monkeypatch.setattr(kernels, "_run_handed", spy)
+        monkeypatch.setattr(kernels, "_run_here", lambda *c: bound.append(c) or here(*c))
         ext.direct_counts()
         y = torch.mm(a, w)
         v = y.view(32)
@@ -454,14 +448,15 @@ def test_capture_runs_the_handed_call_on_the_dispatchers_arguments(monkeypatch):
         s = y * 1.5
         ln = torch.ops.aten.native_layer_norm(y, [8], None, None, 1e-5)
         runs = ext.direct_counts()
-        monkeypatch.setattr(kernels, "_run_handed", handed)
+        captured = [r.facts.name for r in runtime.engine.records[1:]]
         neuron_lab.sync()
-    assert ran == [True] * 5 and again == [None] * 5
-    assert runs.get("aten::mm") == 1 and runs.get("aten::native_layer_norm") == 1
+    assert captured == ["aten::mm", "aten::view", "aten::add_.Tensor", "aten::mul.Tensor",
+                        "aten::native_layer_norm"]
+    assert bound == [] and sum(runs.values()) == 5 and runs.get("aten::native_layer_norm") == 1
     assert z is y and v.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
     y_cpu = a_cpu @ w_cpu + 1.0
     want_ln = torch.ops.aten.native_layer_norm(y_cpu, [8], None, None, 1e-5)
     assert torch.equal(y.cpu(), y_cpu) and torch.equal(v.cpu(), y_cpu.view(32))
     assert torch.equal(s.cpu(), y_cpu * 1.5)
     assert all(torch.equal(g.cpu(), e) for g, e in zip(ln, want_ln))
-    assert handed((a, w)) is None                    # no call handed to this thread now
+    assert ext.run_handed((a, w)) is None            # no call handed to this thread now

@@ -42,7 +42,8 @@ def _same_producers(got: dict, want: dict) -> None:
         assert g.obj() is w.obj() and g.obj() is not None
 
 
-@pytest.mark.parametrize("case", ["tensor", "view", "tuple", "complex", "strided"])
+@pytest.mark.parametrize("case", ["tensor", "view", "tuple", "tuple_none", "list", "none",
+                                  "complex", "strided"])
 def test_record_run_equals_the_python_reference(case):
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")
@@ -50,8 +51,16 @@ def test_record_run_equals_the_python_reference(case):
             op, args = aten.mul.Tensor, (x, x)
         elif case == "view":
             op, args = aten.t.default, (x,)
-        elif case == "tuple":                          # two outputs: the Python body in C too
-            op, args = aten.max.dim, (x, 1)
+        elif case == "tuple":                          # three new tensors
+            op, args = aten.native_layer_norm.default, (x, [6], None, None, 1e-5)
+        elif case == "tuple_none":                     # a tensor and two Nones
+            mean, rstd = aten.native_layer_norm.default(x, [6], None, None, 1e-5)[1:]
+            op, args = aten.native_layer_norm_backward.default, (
+                x, x, [6], mean, rstd, None, None, [True, False, False])
+        elif case == "list":
+            op, args = aten._foreach_sqrt.default, ([x.abs(), x.abs() + 1],)
+        elif case == "none":                           # in place, returns nothing
+            op, args = aten._foreach_add_.Scalar, ([x.clone(), x.clone()], 1.0)
         elif case == "complex":                        # a host-only output: no producer entries
             op, args = aten.view_as_complex.default, (x.view(4, 3, 2),)
         else:
@@ -62,13 +71,17 @@ def test_record_run_equals_the_python_reference(case):
     assert type(g) is record.QueuedOp
     assert g == w
     assert all(type(m) is record.OutMeta or m is None for m in g.metas)
-    first = out[0] if case == "tuple" else out
+    assert g.structure == record.structure_of(out)
+    if case == "none":
+        assert g.outs == [] and gprod == {}
+        return
+    first = out if isinstance(out, torch.Tensor) else out[0]
     assert g.metas[0] == (tuple(first.shape), first.stride(), first.storage_offset(), first.dtype)
     _same_producers(gprod, wprod)
     if case == "complex":
         assert out.dtype == torch.complex64 and gprod == {}
-    else:
-        assert len(gprod) == 2 * len(g.outs)           # each output and its storage
+    else:                                              # each tensor output and its storage
+        assert len(gprod) == 2 * sum(m is not None for m in g.metas)
 
 
 def test_record_run_rejects_what_is_not_a_record_list():
@@ -196,3 +209,38 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     assert fused.host_inputs is ext.host_inputs
     from neuron_lab.runtime import adaptive
     assert (adaptive._pending, adaptive._pending_dense) == (ext.pending, ext.pending_dense)
+
+
+def test_record_run_records_tuples_lists_and_none_itself():
+    """Layer norm's three tensors, a backward's tensor and Nones, a foreach op's list and an
+    in-place foreach op's None are recorded in C; only other return values (``torch.return_types``)
+    reach the Python body."""
+    reached = []
+
+    def python(*a):
+        reached.append(a[0].name)
+        return record.record_run_py(*a)
+
+    def configure(body):
+        ext.configure_records({"queued": record.QueuedOp, "produced": record.Produced,
+                               "out_meta": record.OutMeta, "ref": record.ref,
+                               "host_only": record.HOST_ONLY, "python": body})
+    with rt.mode("eager"):
+        x = torch.randn(4, 6).to("neuron")
+        ln = aten.native_layer_norm.default(x, [6], None, None, 1e-5)
+        calls = [(aten.native_layer_norm.default, (x, [6], None, None, 1e-5), ln),
+                 (aten.native_layer_norm_backward.default,
+                  (x, x, [6], ln[1], ln[2], None, None, [True, False, False]), None),
+                 (aten._foreach_sqrt.default, ([x.abs()],), None),
+                 (aten._foreach_add_.Scalar, ([x.clone()], 1.0), None),
+                 (aten.max.dim, (x, 1), torch.max(x, 1))]     # torch.return_types.max
+        calls = [(op, args, out if out is not None else op(*args)) for op, args, out in calls]
+    configure(python)
+    try:
+        for op, args, out in calls:
+            f = facts(op)
+            key, targs, tkw = record.describe(f, args, None, 0, {})
+            ext.record_run(f, targs, tkw, key, out, None, [], {})
+    finally:
+        configure(record.record_run_py)
+    assert reached == ["aten::max.dim"]

@@ -78,7 +78,7 @@ struct Slot {
   PyObject* name = nullptr;
 };
 Slot node_depth, node_children, node_fast, node_key, node_metas, node_where, node_plan,
-    node_structure, facts_floats;
+    node_structure, facts_floats, facts_direct;
 
 PyObject* slot_get(PyObject* o, const Slot& s) {
   if (Py_TYPE(o) == s.type) {
@@ -400,7 +400,7 @@ PyObject* user_line() {
     if (PyUnicode_Check(fn) && !matches(fn, S.not_user_prefixes, -1) &&
         !matches(fn, S.not_user_files, +1)) {
       PyObject* line = PyLong_FromLong(PyFrame_GetLineNumber(frame));
-      PyObject* token = line ? PyTuple_Pack(2, fn, line) : nullptr;
+      PyObject* token = line ? untracked(PyTuple_Pack(2, fn, line)) : nullptr;
       Py_XDECREF(line);
       Py_DECREF(code);
       Py_DECREF(frame);
@@ -415,13 +415,29 @@ PyObject* user_line() {
   return PyObject_CallOneArg(S.user_line, zero);
 }
 
+// kernels.run_now's first step, without its Python frame: the call the direct kernel handed to
+// the runtime, run there on the dispatcher's arguments, for an ``OpFacts.direct_kernel`` op.
+// nullptr without an exception: not run (run_now runs it); with one: it failed.
+PyObject* run_handed(PyObject* f, PyObject* args) {
+  if (S.run_handed == Py_None) return nullptr;
+  PyObject* direct = slot_get(f, facts_direct);
+  int d = direct != nullptr ? PyObject_IsTrue(direct) : -1;
+  Py_XDECREF(direct);
+  if (d <= 0) return nullptr;
+  PyObject* out = PyObject_CallOneArg(S.run_handed, args);
+  if (out == Py_None) Py_CLEAR(out);
+  return out;
+}
+
 // Engine._capture for an op met in the middle of a segment that no known region continues: run
 // it now (kernels.run_now, as eager mode would), record it (record.record_run, with the user's
 // line), then the segment's rules: the repeated-suffix cut (Engine._period, Python: it runs
 // from the 256th op of a segment on) and the queue limit. The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
                   PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  PyObject* out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
+  PyObject* out = run_handed(f, args);
+  if (out == nullptr && !PyErr_Occurred())
+    out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
   if (out == nullptr) return nullptr;
   PyObject* stats = engine_get(s_stats);
   bool ok = stats != nullptr && PyDict_Check(stats) && bump(stats, s_launches_per_op) &&
@@ -687,6 +703,7 @@ void configure(py::dict o) {
                             {&node_structure, "structure"}})
     *slot = slot_of(o["node_type"], name);
   facts_floats = slot_of(o["facts_type"], "floats_are_data");
+  facts_direct = slot_of(o["facts_type"], "direct_kernel");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
@@ -708,6 +725,7 @@ void configure(py::dict o) {
   hold(S.flush, o["engine"].attr("flush"));
   hold(S.period, o["engine"].attr("_period"));
   hold(S.run_now, o["run_now"]);
+  hold(S.run_handed, o["run_handed"]);
   hold(S.host_copied, o["host_copied"]);
   hold(S.user_line, o["user_frame_token"]);
   hold(S.record_run, o["record_run"]);

@@ -51,6 +51,7 @@ struct State {
   PyObject* flush = nullptr;         // Engine.flush, bound
   PyObject* period = nullptr;        // Engine._period, bound
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
+  PyObject* run_handed = nullptr;    // the direct kernel's run_handed (kernels._run_handed), or None
   PyObject* host_copied = nullptr;   // host_scalars.copied (CPU scalar arguments)
   PyObject* user_line = nullptr;     // tracking.user_frame_token
   PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)

@@ -3,10 +3,11 @@
 // what runs without the extension; tests/runtime/test_records_native.py compares them):
 //
 //   record_run(facts, targs, tkw, key, out, where, records, producers)   record.record_run
-//       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None],
-//       (OutMeta,), "t", where, None) appended to ``records``, and the producer entries
-//       Produced(pos, 0, weak_ref, ref(pos, 0)) of the output and of its storage. Only a single
-//       plain tensor output here; any other return value goes to the Python function.
+//       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None] * n,
+//       (OutMeta or None,) * n, structure, where, None) appended to ``records``, and the
+//       producer entries Produced(pos, k, weak_ref, ref(pos, k)) of each output and of its
+//       storage. For a tensor, None, a tuple of tensors and Nones (``native_layer_norm``) or a
+//       list of tensors (``_foreach_sqrt``); any other return value goes to the Python function.
 //   live_outputs(records)                                                  pending.live_outputs
 //       {(op, output)} whose pending storage is still alive.
 //   scalar_values(scalars, records)                                        compiler.scalar_values
@@ -28,6 +29,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <unordered_map>
+#include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold
 #include "records.h"
@@ -47,12 +49,12 @@ struct Records {
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
 };
 Records R;
-PyObject *s_t, *s_untyped_storage, *s_d;
+PyObject *s_t, *s_untyped_storage, *s_d, *s_tuple, *s_list, *s_v_none;
 
 constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
-PyObject* int_tuple(c10::IntArrayRef v) {
-  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(v.size()));
+PyObject* int_tuple(c10::IntArrayRef v) {   // untracked: ints only (the collector would untrack
+  PyObject* t = untracked(PyTuple_New(static_cast<Py_ssize_t>(v.size())));   // it at its first pass)
   if (t == nullptr) return nullptr;
   for (size_t i = 0; i < v.size(); ++i) {
     PyObject* x = PyLong_FromLongLong(v[i]);
@@ -82,12 +84,56 @@ bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyOb
 
 namespace {
 
-// producers[id(o)] = Produced(pos, 0, weakref(o), r); false with an exception set
-bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* r) {
-  PyObject* zero = PyLong_FromLong(0);
-  bool ok = zero != nullptr && set_producer(R.produced, producers, o, pos, zero, nullptr, r);
-  Py_XDECREF(zero);
-  return ok;
+// producers[id(o)] = Produced(pos, k, weakref(o), r); false with an exception set
+bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* k, PyObject* r) {
+  return set_producer(R.produced, producers, o, pos, k, nullptr, r);
+}
+
+// OutMeta(size, stride, offset, dtype) of tensor `t` (record.out_meta), untracked
+PyObject* out_meta(const at::Tensor& t) {
+  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));  // borrowed
+  PyObject* meta[4] = {int_tuple(t.sizes()), int_tuple(t.strides()),
+                       PyLong_FromLongLong(t.storage_offset()), Py_NewRef(dtype)};
+  if (meta[0] == nullptr || meta[1] == nullptr || meta[2] == nullptr) {
+    for (PyObject* m : meta) Py_XDECREF(m);
+    return nullptr;
+  }
+  return untracked(named(R.out_meta, 4, meta));
+}
+
+// The tensor outputs of `out` in schema order (record.flatten_outputs: borrowed, nullptr where
+// a return is None) and a new reference to its structure (record.structure_of), for the returns
+// recorded here: a tensor, None, a tuple of tensors and Nones, a list of tensors. False without
+// an exception: another return value (the Python function records it); with one: it failed.
+bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** structure) {
+  if (THPVariable_CheckExact(out)) {
+    flat->push_back(out);
+    *structure = Py_NewRef(s_t);
+    return true;
+  }
+  if (out == Py_None) {
+    *structure = Py_NewRef(s_v_none);
+    return true;
+  }
+  const bool is_tuple = PyTuple_CheckExact(out);
+  if (!is_tuple && !PyList_CheckExact(out)) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* o = PySequence_Fast_GET_ITEM(out, i);
+    if (THPVariable_CheckExact(o)) flat->push_back(o);
+    else if (o == Py_None && is_tuple) flat->push_back(nullptr);
+    else return false;
+  }
+  if (!is_tuple) {
+    *structure = Py_BuildValue("(On)", s_list, n);
+    return *structure != nullptr;
+  }
+  PyObject* items = PyTuple_New(n);
+  for (Py_ssize_t i = 0; items != nullptr && i < n; ++i)
+    PyTuple_SET_ITEM(items, i, Py_NewRef((*flat)[i] != nullptr ? s_t : s_v_none));
+  *structure = items != nullptr ? PyTuple_Pack(2, s_tuple, items) : nullptr;
+  Py_XDECREF(items);
+  return *structure != nullptr;
 }
 
 PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
@@ -100,44 +146,57 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure_records() first");
     return nullptr;
   }
-  PyObject* out = argv[4];
   PyObject* records = argv[6];
   PyObject* producers = argv[7];
-  if (!THPVariable_CheckExact(out)) return PyObject_Vectorcall(R.python, argv, n, nullptr);
-  const at::Tensor& t = THPVariable_Unpack(out);
-  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));   // borrowed
-  PyObject* meta[4] = {int_tuple(t.sizes()), int_tuple(t.strides()),
-                       PyLong_FromLongLong(t.storage_offset()), Py_NewRef(dtype)};
-  if (meta[0] == nullptr || meta[1] == nullptr || meta[2] == nullptr) {
-    for (PyObject* m : meta) Py_XDECREF(m);
-    return nullptr;
+  std::vector<PyObject*> flat;
+  PyObject* structure = nullptr;
+  if (!flat_outputs(argv[4], &flat, &structure)) {
+    if (PyErr_Occurred()) return nullptr;
+    return PyObject_Vectorcall(R.python, argv, n, nullptr);
   }
-  PyObject* m = untracked(named(R.out_meta, 4, meta));
-  PyObject* metas = m ? untracked(PyTuple_Pack(1, m)) : nullptr;
-  Py_XDECREF(m);
-  PyObject* outs = metas ? untracked(PyList_New(1)) : nullptr;
+  const auto m = static_cast<Py_ssize_t>(flat.size());
+  PyObject* metas = untracked(PyTuple_New(m));
+  PyObject* outs = metas ? untracked(PyList_New(m)) : nullptr;
+  for (Py_ssize_t k = 0; outs != nullptr && k < m; ++k) {
+    PyObject* meta = flat[k] != nullptr ? out_meta(THPVariable_Unpack(flat[k])) : Py_NewRef(Py_None);
+    if (meta == nullptr) Py_CLEAR(outs);
+    else PyTuple_SET_ITEM(metas, k, meta);
+    if (outs != nullptr) PyList_SET_ITEM(outs, k, Py_NewRef(Py_None));
+  }
   if (outs == nullptr) {
     Py_XDECREF(metas);
+    Py_DECREF(structure);
     return nullptr;
   }
-  PyList_SET_ITEM(outs, 0, Py_NewRef(Py_None));
   Py_ssize_t p = PyList_GET_SIZE(records);
   PyObject* items[9] = {Py_NewRef(argv[0]), Py_NewRef(argv[1]), Py_NewRef(argv[2]),
-                        Py_NewRef(argv[3]), outs, metas, Py_NewRef(s_t), Py_NewRef(argv[5]),
+                        Py_NewRef(argv[3]), outs, metas, structure, Py_NewRef(argv[5]),
                         Py_NewRef(Py_None)};
   PyObject* rec = untracked(named(R.queued, 9, items));
   if (rec == nullptr) return nullptr;
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
   if (bad) return nullptr;
-  int host_only = PySet_Contains(R.host_only, dtype);   // never a queued argument
-  if (host_only) return host_only < 0 ? nullptr : Py_NewRef(Py_None);
   PyObject* pos = PyLong_FromSsize_t(p);
-  PyObject* r = pos ? PyObject_CallFunction(R.ref, "On", pos, static_cast<Py_ssize_t>(0)) : nullptr;
-  PyObject* st = r ? PyObject_CallMethodNoArgs(out, s_untyped_storage) : nullptr;
-  bool ok = st != nullptr && produce(producers, out, pos, r) && produce(producers, st, pos, r);
-  Py_XDECREF(st);
-  Py_XDECREF(r);
+  bool ok = pos != nullptr;
+  for (Py_ssize_t k = 0; ok && k < m; ++k) {
+    PyObject* out = flat[k];
+    if (out == nullptr) continue;
+    PyObject* dtype = reinterpret_cast<PyObject*>(
+        torch::getTHPDtype(THPVariable_Unpack(out).scalar_type()));   // borrowed
+    int host_only = PySet_Contains(R.host_only, dtype);   // never a queued argument
+    if (host_only) {
+      ok = host_only > 0;
+      continue;
+    }
+    PyObject* kk = PyLong_FromSsize_t(k);
+    PyObject* r = kk ? PyObject_CallFunctionObjArgs(R.ref, pos, kk, nullptr) : nullptr;
+    PyObject* st = r ? PyObject_CallMethodNoArgs(out, s_untyped_storage) : nullptr;
+    ok = st != nullptr && produce(producers, out, pos, kk, r) && produce(producers, st, pos, kk, r);
+    Py_XDECREF(st);
+    Py_XDECREF(r);
+    Py_XDECREF(kk);
+  }
   Py_XDECREF(pos);
   return ok ? Py_NewRef(Py_None) : nullptr;
 }
@@ -354,6 +413,9 @@ PyObject* host_of(PyObject* t, PyObject* host) {
 
 void init_records(py::module_& m) {
   s_t = intern("t");
+  s_tuple = intern("tuple");
+  s_list = intern("list");
+  s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_untyped_storage = intern("untyped_storage");
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
