@@ -126,11 +126,12 @@ class RegionCache:
     def insert(self, records: list, keys: list | None = None) -> Region:
         """Mark the path of ``records``' keys (or ``keys``) as a region (a miss), or return the
         existing one."""
-        node = self.root
+        node, new = self.root, False
         for i, r in enumerate(records):
             key = r.key if keys is None else keys[i]
-            nxt = node.children.get(key)
+            nxt = None if new else node.children.get(key)   # past a new node, every one is new
             if nxt is None:
+                new = True
                 nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure, r.where, key)
             node = nxt
         if node.region is not None:

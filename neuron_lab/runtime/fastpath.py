@@ -7,7 +7,7 @@ builds the op's key, looks the next trie node up and hands out one pending tenso
 map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
 path (docs/performance.md, "The hot paths in C"). It also captures an op met in the middle of a
 segment that no known region continues (``Engine._capture``: run it now, record it), calling
-the same Python pieces (``kernels.run_now``, ``tracking.user_frame_token``,
+the same Python pieces (``kernels.run_now``, ``tracking.user_frame_token``'s rule in C,
 ``record.record_run``, ``Engine._period``), and defers ops whose outputs are all new (several,
 a list, none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence,
 a region's end, an op returning the caller's tensor, an op that is not always queueable) calls
@@ -64,7 +64,7 @@ def seam_runtime(engine: adaptive.Engine):
         "execute": kernels.execute,
         "run_now": kernels.run_now, "run_handed": kernels._run_handed,
         "host_copied": host_scalars.copied,
-        "user_frame_token": tracking.user_frame_token,
+        "backward_callers": tracking._backward_callers,
         "record_run": record.record_run, "not_user_prefixes": tracking.NOT_USER_PREFIXES,
         "not_user_files": tracking.NOT_USER_FILES,
         "tensor": torch.Tensor,

@@ -411,8 +411,12 @@ PyObject* user_line() {
     Py_DECREF(frame);
     frame = back;
   }
-  static PyObject* zero = PyLong_FromLong(0);   // its own frame, which it skips: from the top
-  return PyObject_CallOneArg(S.user_line, zero);
+  // none (a device thread's stack): the line of the backward() in progress, the last entry of
+  // tracking._backward_callers (tracking._waiting_caller; the GIL is held, nothing runs between)
+  PyObject *k, *v, *last = Py_None;
+  Py_ssize_t i = 0;
+  while (PyDict_Next(S.backward_callers, &i, &k, &v)) last = v;
+  return Py_NewRef(last);
 }
 
 // kernels.run_now's first step, without its Python frame: the call the direct kernel handed to
@@ -727,7 +731,9 @@ void configure(py::dict o) {
   hold(S.run_now, o["run_now"]);
   hold(S.run_handed, o["run_handed"]);
   hold(S.host_copied, o["host_copied"]);
-  hold(S.user_line, o["user_frame_token"]);
+  hold(S.backward_callers, o["backward_callers"]);
+  if (!PyDict_Check(S.backward_callers))
+    throw py::type_error("neuron_lab: backward_callers must be tracking._backward_callers");
   hold(S.record_run, o["record_run"]);
   hold(S.not_user_prefixes, o["not_user_prefixes"]);
   hold(S.not_user_files, o["not_user_files"]);

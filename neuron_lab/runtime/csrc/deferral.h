@@ -53,7 +53,7 @@ struct State {
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
   PyObject* run_handed = nullptr;    // the direct kernel's run_handed (kernels._run_handed), or None
   PyObject* host_copied = nullptr;   // host_scalars.copied (CPU scalar arguments)
-  PyObject* user_line = nullptr;     // tracking.user_frame_token
+  PyObject* backward_callers = nullptr;   // tracking._backward_callers (a dict)
   PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)
   PyObject* not_user_files = nullptr;
   PyObject* record_run = nullptr;    // record.record_run (records.cpp's, where built)
