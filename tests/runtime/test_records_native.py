@@ -223,7 +223,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
 
     def configure(body):
         ext.configure_records({"queued": record.QueuedOp, "produced": record.Produced,
-                               "out_meta": record.OutMeta, "ref": record.ref,
+                               "out_meta": record.OutMeta, "ref": record.ref, "refs": record._refs,
                                "host_only": record.HOST_ONLY, "python": body})
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")

@@ -26,6 +26,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <unordered_map>
@@ -45,6 +46,7 @@ struct Records {
   PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* out_meta = nullptr;  // record.OutMeta
   PyObject* ref = nullptr;           // record.ref(pos, k)
+  PyObject* refs = nullptr;          // record._refs, the Refs it made: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
 };
@@ -136,6 +138,17 @@ bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** struct
   return *structure != nullptr;
 }
 
+// record.ref(pos, k): the shared Ref, read from record._refs (made by the Python function the
+// first time); a new reference
+PyObject* ref_of(PyObject* pos, PyObject* k) {
+  PyObject* key = PyTuple_Pack(2, pos, k);
+  PyObject* r = key ? PyDict_GetItemWithError(R.refs, key) : nullptr;   // borrowed
+  Py_XDECREF(key);
+  if (r != nullptr) return Py_NewRef(r);
+  if (key == nullptr || PyErr_Occurred()) return nullptr;
+  return PyObject_CallFunctionObjArgs(R.ref, pos, k, nullptr);
+}
+
 PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 8 || !PyList_Check(argv[6]) || !PyDict_Check(argv[7])) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: record_run(facts, targs, tkw, key, out, where, "
@@ -190,8 +203,9 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
       continue;
     }
     PyObject* kk = PyLong_FromSsize_t(k);
-    PyObject* r = kk ? PyObject_CallFunctionObjArgs(R.ref, pos, kk, nullptr) : nullptr;
-    PyObject* st = r ? PyObject_CallMethodNoArgs(out, s_untyped_storage) : nullptr;
+    PyObject* r = kk ? ref_of(pos, kk) : nullptr;
+    PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
+                                                          // untyped_storage(), as Python gets it
     ok = st != nullptr && produce(producers, out, pos, kk, r) && produce(producers, st, pos, kk, r);
     Py_XDECREF(st);
     Py_XDECREF(r);
@@ -391,6 +405,8 @@ void configure_records(py::dict o) {
   hold(R.produced, o["produced"]);
   hold(R.out_meta, o["out_meta"]);
   hold(R.ref, o["ref"]);
+  hold(R.refs, o["refs"]);
+  if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
   for (PyTypeObject* t : {R.queued, R.produced, R.out_meta}) {
@@ -419,7 +435,7 @@ void init_records(py::module_& m) {
   s_untyped_storage = intern("untyped_storage");
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({queued, produced, out_meta, ref, host_only, python}) (record.py)");
+        "configure_records({queued, produced, out_meta, ref, refs, host_only, python}) (record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
