@@ -36,6 +36,7 @@
 // added to tracking.executed when someone reads it (``direct_counts``).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
 #include <pybind11/pybind11.h>
@@ -150,18 +151,25 @@ at::Tensor wrap(const at::Tensor& h) {
 // of an adaptive op's ~4. The number as a Scalar IValue becomes the same Python float, int, bool
 // or complex directly. (A ``_wrapped_number`` attribute exists only on symbolic scalars under
 // fake tensors, which never reach a device kernel.)
-void unwrap_numbers(size_t n, torch::jit::Stack* stack) {
-  for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n); it != stack->end(); ++it) {
+// The wrapped numbers unwrap_numbers replaced: (argument index, the original tensor).
+using Unwrapped = c10::SmallVector<std::pair<size_t, c10::IValue>, 2>;
+
+void unwrap_numbers(size_t n, torch::jit::Stack* stack, Unwrapped* originals) {
+  size_t i = 0;
+  for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n); it != stack->end(); ++it, ++i) {
     if (!it->isTensor()) continue;
     const at::Tensor& t = it->toTensor();
     if (!t.defined() || !t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
+    c10::IValue number;
     switch (t.scalar_type()) {
-      case at::kDouble: *it = c10::IValue(*t.const_data_ptr<double>()); break;
-      case at::kLong: *it = c10::IValue(*t.const_data_ptr<int64_t>()); break;
-      case at::kBool: *it = c10::IValue(*t.const_data_ptr<bool>()); break;
-      case at::kComplexDouble: *it = c10::IValue(*t.const_data_ptr<c10::complex<double>>()); break;
-      default: break;
+      case at::kDouble: number = c10::IValue(*t.const_data_ptr<double>()); break;
+      case at::kLong: number = c10::IValue(*t.const_data_ptr<int64_t>()); break;
+      case at::kBool: number = c10::IValue(*t.const_data_ptr<bool>()); break;
+      case at::kComplexDouble: number = c10::IValue(*t.const_data_ptr<c10::complex<double>>()); break;
+      default: continue;
     }
+    originals->emplace_back(i, std::move(*it));
+    *it = std::move(number);
   }
 }
 
@@ -175,13 +183,22 @@ enum class Size : int { kNone = 0, kSelf = 1, kTensors = 2 };
 struct Direct;
 
 // The call a direct kernel handed to the runtime (every op in adaptive mode): the op, its
-// arguments as the dispatcher passed them (wrapped numbers not yet unwrapped), and the Python
-// argument tuple made of them, which identifies the call while the runtime runs (``run_handed``).
+// arguments as the dispatcher passed them (on its stack through the call, the wrapped numbers
+// unwrapped for Python kept aside: no copy on the deferral's hot path), and the Python argument
+// tuple made of them, which identifies the call while the runtime runs (``run_handed``).
 struct Handed {
   Direct* kernel;
   const c10::OperatorHandle* op;
-  torch::jit::Stack args;
+  const torch::jit::Stack* stack;   // the dispatcher's: its last `n` are the arguments, kept
+  size_t n;                         // there through the call (call_generic drops them after),
+  Unwrapped unwrapped;              // but for the wrapped numbers unwrapped for Python
   PyObject* py_args = nullptr;   // borrowed, set by call_generic for its call only
+
+  torch::jit::Stack arguments() const {   // as the dispatcher passed them
+    torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+    for (const auto& [i, original] : unwrapped) args[i] = original;
+    return args;
+  }
 };
 thread_local Handed* t_handed = nullptr;   // the innermost handed call of this thread
 
@@ -205,9 +222,8 @@ struct Direct final : c10::OperatorKernel {
       TORCH_CHECK(false, "neuron: ", name, " declined by the direct kernel");
     }
     const size_t n = op.schema().arguments().size();
-    Handed handed{this, &op, torch::jit::Stack(stack->end() - static_cast<std::ptrdiff_t>(n),
-                                               stack->end())};
-    unwrap_numbers(n, stack);
+    Handed handed{this, &op, stack, n, {}};
+    unwrap_numbers(n, stack, &handed.unwrapped);
     HandedScope scope(&handed);
     call_generic(generic, op, stack, &handed.py_args);
   }
@@ -420,7 +436,7 @@ PyObject* run_handed(PyObject*, PyObject* args) {
   Handed* h = t_handed;
   if (h == nullptr || h->py_args == nullptr || h->py_args != args) Py_RETURN_NONE;
   h->py_args = nullptr;
-  torch::jit::Stack stack = h->args;
+  torch::jit::Stack stack = h->arguments();
   bool ran = false;
   try {
     py::gil_scoped_release no_gil;   // as a call through the op's Python binding runs it

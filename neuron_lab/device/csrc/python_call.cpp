@@ -148,13 +148,13 @@ void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::
     Py_XDECREF(kwargs);
     throw python_error();
   }
-  torch::jit::drop(*stack, n);
   if (args_out != nullptr) *args_out = args;
-  PyObject* out = call_generic_kernel(generic, args, kwargs);
-  if (args_out != nullptr) *args_out = nullptr;
-  Py_DECREF(args);
+  PyObject* out = call_generic_kernel(generic, args, kwargs);   // the arguments stay on the
+  if (args_out != nullptr) *args_out = nullptr;                 // stack for the call (a handed
+  Py_DECREF(args);                                              // call runs on them)
   Py_DECREF(kwargs);
   if (out == nullptr) throw python_error();
+  torch::jit::drop(*stack, n);
   try {
     push_result(schema, out, stack);
   } catch (...) {

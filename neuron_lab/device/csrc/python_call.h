@@ -13,8 +13,9 @@ namespace neuron_lab {
 // (facts, execute, seam's globals) as registry._kernel makes it: ``seam.launch(facts, args,
 // kwargs)``, or ``execute(facts, args, kwargs)`` without a runtime; its result replaces the
 // arguments. The arguments reach Python as the holder would hand them over; a Python exception
-// propagates as the holder's does (torch's python_error). Takes the GIL. `args_out`, if given,
-// receives the Python argument tuple (borrowed: alive for the call only).
+// propagates as the holder's does (torch's python_error). Takes the GIL. The arguments stay on
+// `stack` until the kernel returns; `args_out`, if given, receives the Python argument tuple
+// for the call (borrowed: alive for the call only).
 void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   PyObject** args_out = nullptr);
 
