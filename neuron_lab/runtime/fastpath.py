@@ -6,13 +6,13 @@ builds the op's key, looks the next trie node up and hands out one pending tenso
 (``_defer_one``). The C extension does those steps on the same Python objects (the producers
 map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
 path (docs/performance.md, "The hot paths in C"). It also captures an op met in the middle of a
-segment that no known region continues (``Engine._capture``: run it now, record it), calling
-the same Python pieces (``kernels.run_now``, ``tracking.user_frame_token``'s rule in C,
-``record.record_run``, ``Engine._period``), and defers ops whose outputs are all new (several,
-a list, none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence,
-a region's end, an op returning the caller's tensor, an op that is not always queueable) calls
-the Python engine, under its lock as before; in eager mode an op goes to the device's
-``kernels.execute``.
+segment that no known region continues (``Engine._capture``: run it now, record it) with the
+same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
+``tracking.user_frame_token``'s rule, in C; ``record.record_run``; ``Engine._period``), and
+defers ops whose outputs are all new (several, a list, none: ``Engine._defer``'s loop). Every
+other case (a segment's first op, a divergence, a region's end, an op returning the caller's
+tensor, an op that is not always queueable) calls the Python engine, under its lock as
+before; in eager mode an op goes to the device's ``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
