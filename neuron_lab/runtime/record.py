@@ -354,7 +354,8 @@ def _record_run():
     if ext is None:
         return record_run_py
     ext.configure_records({"queued": QueuedOp, "produced": Produced, "out_meta": OutMeta,
-                           "ref": ref, "refs": _refs, "host_only": HOST_ONLY, "python": record_run_py})
+                           "ref": ref, "refs": _refs, "host_only": HOST_ONLY,
+                           "python": record_run_py})
     return ext.record_run
 
 

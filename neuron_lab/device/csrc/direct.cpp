@@ -165,7 +165,9 @@ void unwrap_numbers(size_t n, torch::jit::Stack* stack, Unwrapped* originals) {
       case at::kDouble: number = c10::IValue(*t.const_data_ptr<double>()); break;
       case at::kLong: number = c10::IValue(*t.const_data_ptr<int64_t>()); break;
       case at::kBool: number = c10::IValue(*t.const_data_ptr<bool>()); break;
-      case at::kComplexDouble: number = c10::IValue(*t.const_data_ptr<c10::complex<double>>()); break;
+      case at::kComplexDouble:
+        number = c10::IValue(*t.const_data_ptr<c10::complex<double>>());
+        break;
       default: continue;
     }
     originals->emplace_back(i, std::move(*it));
@@ -475,8 +477,9 @@ py::object host_view(const at::Tensor& t) {
       tensor_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)), key, t));
 }
 
-PyMethodDef run_handed_def = {"run_handed", &run_handed, METH_O,
-                              "run_handed(args): the handed call on the direct kernel now, or None"};
+PyMethodDef run_handed_def = {
+    "run_handed", &run_handed, METH_O,
+    "run_handed(args): the handed call on the direct kernel now, or None"};
 
 PyMethodDef run_here_def = {"run_here",
                             reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&run_here)),

@@ -51,7 +51,7 @@ struct State {
   PyObject* flush = nullptr;         // Engine.flush, bound
   PyObject* period = nullptr;        // Engine._period, bound
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
-  PyObject* run_handed = nullptr;    // the direct kernel's run_handed (kernels._run_handed), or None
+  PyObject* run_handed = nullptr;    // kernels._run_handed (the direct kernel's), or None
   PyObject* host_copied = nullptr;   // host_scalars.copied (CPU scalar arguments)
   PyObject* backward_callers = nullptr;   // tracking._backward_callers (a dict)
   PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)

@@ -51,12 +51,13 @@ struct Records {
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
 };
 Records R;
-PyObject *s_t, *s_untyped_storage, *s_d, *s_tuple, *s_list, *s_v_none;
+PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none;
 
 constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
-PyObject* int_tuple(c10::IntArrayRef v) {   // untracked: ints only (the collector would untrack
-  PyObject* t = untracked(PyTuple_New(static_cast<Py_ssize_t>(v.size())));   // it at its first pass)
+// A tuple of ints, untracked (the cycle collector would untrack it at its first pass anyway)
+PyObject* int_tuple(c10::IntArrayRef v) {
+  PyObject* t = untracked(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
   if (t == nullptr) return nullptr;
   for (size_t i = 0; i < v.size(); ++i) {
     PyObject* x = PyLong_FromLongLong(v[i]);
@@ -171,7 +172,8 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   PyObject* metas = untracked(PyTuple_New(m));
   PyObject* outs = metas ? untracked(PyList_New(m)) : nullptr;
   for (Py_ssize_t k = 0; outs != nullptr && k < m; ++k) {
-    PyObject* meta = flat[k] != nullptr ? out_meta(THPVariable_Unpack(flat[k])) : Py_NewRef(Py_None);
+    PyObject* meta =
+        flat[k] != nullptr ? out_meta(THPVariable_Unpack(flat[k])) : Py_NewRef(Py_None);
     if (meta == nullptr) Py_CLEAR(outs);
     else PyTuple_SET_ITEM(metas, k, meta);
     if (outs != nullptr) PyList_SET_ITEM(outs, k, Py_NewRef(Py_None));
@@ -432,10 +434,10 @@ void init_records(py::module_& m) {
   s_tuple = intern("tuple");
   s_list = intern("list");
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
-  s_untyped_storage = intern("untyped_storage");
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({queued, produced, out_meta, ref, refs, host_only, python}) (record.py)");
+        "configure_records({queued, produced, out_meta, ref, refs, host_only, python}) "
+        "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
