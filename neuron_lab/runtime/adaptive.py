@@ -283,7 +283,7 @@ class Engine:
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
         # A completed region launches at the next op or sync point, not now: the caller's frame
         # still holds this op's inputs, which would make them program outputs (an extra write
-        # and a higher peak, measured on W2: 2 outputs of 16 MiB instead of 1).
+        # of each and a higher peak memory).
         if self._pressure:
             self._pressure = False
             self.flush("memory")
@@ -344,11 +344,10 @@ class Engine:
         it (not ``wait``) and its fused program is decided on (``Status.FUSED``; a region
         launched unwaited gets the C++ wrapper, whose launch holds no GIL, so the host's Python
         runs beside it); else here and now, after the queue. A per-op replay holds the GIL
-        nearly throughout: beside the host's Python it only slowed both (bench W7, the loop
-        while regions compile: 1.07-1.09x eager's step inline, 1.28x queued), and a trial's
+        nearly throughout, so beside the host's Python it would only slow both; a trial's
         samples are timed where nothing competes. Nor while a compile runs: the helper process
-        has the second core then (W7 1.06 -> 1.19 with fused launches queued beside the
-        compiles)."""
+        uses the other core then, and fused launches queued beside it slow the user's loop
+        (the bench's W7 measures that loop)."""
         recs = self.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)

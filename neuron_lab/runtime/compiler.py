@@ -19,8 +19,8 @@ stays one region. How the program gets them:
 - **Constant floats are specialized.** If a region's floats were the same at every launch
   before its compile (``policy`` notes them: ``x * 1.01``, ``clamp_min(-2.0)``, an EMA decay),
   they are baked into the graph as constants (``Specialized``, ``chosen``) and guarded at every
-  launch: the kernel then needs no scalar loads (W2's 20-op chain: 3.0 ms with the floats as
-  data, read inside the vector loop, 1.95 ms for torch.compile's constants). A launch whose
+  launch: the kernel then needs no scalar loads (floats as data are read inside the vector
+  loop, which makes a memory-bound elementwise chain markedly slower). A launch whose
   floats differ raises ``fused.FloatsChanged``: the policy runs it per-op and compiles the
   region again with its floats as data.
 - **Changing floats are data**: packed in one float64 host tensor, the program's first input,
@@ -70,8 +70,8 @@ def arg_at(rec, path):
 
 
 def scalar_values_py(scalars, records: list) -> list:
-    """The region's data floats, in plan order (once per launch for every float of the region,
-    42 in W1's). ``scalar_values`` is its C twin (csrc/records.cpp) where the extension is
+    """The region's data floats, in plan order (once per launch for every float of the
+    region). ``scalar_values`` is its C twin (csrc/records.cpp) where the extension is
     built."""
     return [(records[i].args[w] if type(w) is int else records[i].kwargs[w])
             if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]
@@ -82,7 +82,7 @@ scalar_values = native.twin("scalar_values", scalar_values_py)
 
 def packed_scalars_py(scalars, records: list) -> Tensor:
     """The region's data floats, in plan order, as the program's first input. ``packed_scalars``
-    is its C twin (~1 us against ~17 us for W1's 42 floats)."""
+    is its C twin (one C loop instead of a Python call per float)."""
     return torch.tensor(scalar_values(scalars, records), dtype=torch.float64)
 
 
@@ -156,7 +156,7 @@ def scalar_list_per_tensor(g: fx.Graph, target, args: tuple, kwargs: dict) -> li
     ``g``; its output nodes (none for an in-place op), or None for any other op. Inductor lowers
     such a foreach op only when its scalars are constants: with the scalars as data (graph
     values) it called the ATen kernel, which wrote every result to memory between the fused
-    kernels around it (W3's AdamW program ran slower than its per-op replay, 1.05 vs 0.98 ms)."""
+    kernels around it (an AdamW program then ran slower than its per-op replay)."""
     overload = getattr(target, "_overloadname", None)
     name = getattr(target, "__name__", "")
     if overload != "ScalarList" or kwargs or not name.startswith("_foreach_"):

@@ -33,8 +33,8 @@ class FloatsChanged(Exception):
 def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
     """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host_now)
     gives it; None if the tensors alias otherwise than ``pattern`` (the compile-time slots).
-    ``host_inputs`` is its C twin (csrc/records.cpp): ~2.5 us of Python per input, 0.3 ms per
-    W6 step for its ~110 inputs."""
+    ``host_inputs`` is its C twin (csrc/records.cpp): this loop costs microseconds of Python
+    per input, on every launch."""
     slots: dict[int, int] = {}
     inputs = []
     for (i, path), want in zip(occurrences, pattern):
@@ -53,8 +53,7 @@ host_inputs = native.twin("host_inputs", host_inputs_py)
 def held_call_py(program, inputs: list):
     """``program(*inputs)``. Its C twin (csrc/held_call.cpp) holds a C++ reference on every input
     tensor for the call, so a program that runs without the GIL (inductor's C++ wrapper) frees
-    its input handles without waiting for the GIL: W6's AdamW program beside the host's Python,
-    2.7 -> 0.8-1.0 ms (the C file's header says why)."""
+    its input handles without waiting for the GIL (the C file's header says why)."""
     return program(*inputs)
 
 

@@ -3,8 +3,8 @@ loads each program from inductor's caches.
 
 Why. A region's compile is seconds of Python (AOTAutograd's trace, inductor's lowering) that
 holds the GIL in the user's process; the worker thread lowers the switch interval
-(``worker.py``), but the user's loop still stalled: W3's step ran 1.38x its eager time on
-average while its regions compiled (bench W7), single steps 183 ms against ~10. In the helper,
+(``worker.py``), but the user's loop still stalls while its regions compile (the bench's W7
+measures that loop), single steps for tens of times their eager time. In the helper,
 the compile holds another interpreter's GIL; the user's process then runs the same
 ``programs.compile_program`` on the same graph, which hits the AOTAutograd and FX graph caches
 the helper just wrote (same graph, example metadata and inductor options, so the same keys) and
@@ -13,7 +13,7 @@ only loads the program.
 How. The helper starts at the first compile that needs it (``python -c`` calling
 ``helper.main``: torch and neuron_lab imported once, then kept warm; not earlier, since with a
 warm cache no compile needs it and its start-up, ~4 s of imports, would compete with the
-user's loop and the cache loads for 2 cores: W4's 200-step total +5 %). ``ask`` (called by the
+user's loop and the cache loads for the cores). ``ask`` (called by the
 worker thread, never on the user's thread) sends it a ``Request`` and waits for the ``Reply``
 with the GIL released (a blocking pipe read). The graph travels as a list of node specs
 (``graph_spec``): an FX GraphModule pickles by regenerating and re-tracing its code, which
@@ -225,7 +225,7 @@ def ask(gm, examples: list, build: Build, fixed, fallback) -> Reply | None:
 def _marker(req: Request) -> str:
     """The file that says a compile of ``req`` already went through a helper: its programs are
     in inductor's caches, so the user's process loads them without asking again (a warm cache
-    would otherwise be read twice, in the helper and here: W4's 200-step total +5 %)."""
+    would otherwise be read twice, in the helper and here)."""
     data = pickle.dumps((torch.__version__, req._replace(     # values: the launch's floats
         examples=[e._replace(values=None) for e in req.examples])))
     return os.path.join(knobs.CACHE_DIR.get(), "helper", hashlib.sha256(data).hexdigest())

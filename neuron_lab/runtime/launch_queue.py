@@ -78,9 +78,9 @@ class LaunchQueue:
         records of the jobs run meanwhile (``_drop_done``): the worker leaves them to the host
         while it has more to run, and drops them itself when it goes idle. Every Python tensor
         freed releases and retakes the GIL (torch's ``THPVariable_clear``), so a worker
-        dropping a 442-op job beside the host's Python handed the GIL back and forth ~10
-        times a W6 step, each time waiting for the host's Python; the host drops them while
-        the worker runs its next program without the GIL (docs/performance.md)."""
+        dropping a large job's records beside the host's Python would hand the GIL back and
+        forth, waiting for the host's Python each time; the host drops them while the worker
+        runs its next program without the GIL (docs/performance.md)."""
         with self._cv:
             while len(self._jobs) >= DEPTH:
                 self._cv.wait()

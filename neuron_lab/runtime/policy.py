@@ -99,8 +99,8 @@ def _plain_when(f):
 def same_device_cast(f, args, kwargs) -> bool:
     """``_to_copy`` that stays on ``neuron`` (``x.float()``, ``.to(dtype)``, ``.to('neuron')`` of a
     neuron tensor) is an ordinary op, queued like any other; only a copy to another device is a
-    transfer (and a sync point when it leaves the device). Measured on the W6 Llama step: its
-    rotary embedding's ``position_ids.float()`` cut the forward into two regions."""
+    transfer (and a sync point when it leaves the device). Otherwise a cast in the middle of a
+    model (a rotary embedding's ``position_ids.float()``) would cut its forward in two."""
     if f.base != "_to_copy" or not args or args[0].is_cpu:
         return False
     dev = kwargs.get("device") if kwargs else None

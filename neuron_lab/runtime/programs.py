@@ -139,10 +139,9 @@ def compile_program(gm: fx.GraphModule, examples: list, build: Build = Build(),
 
 def _inductor(gm: fx.GraphModule, examples: list, build: Build):
     """``compile_fx`` with ``NEURON_LAB_COMPILE_THREADS`` compile workers (default 1). Inductor
-    would start a pool of one worker process per core, each importing torch: on 2 cores a user's
-    training step ran 1.35x its eager time on average while the first regions compiled (4x for
-    the first 2 s, the pool starting), 1.14x with the compile in the compile thread alone
-    (bench W7); the compile itself took as long (15-16 s for W3's regions, empty cache).
+    would start a pool of one worker process per core, each importing torch, which competes
+    with the user's loop for the cores while the first regions compile (the pool's start-up
+    most of all); with one worker the compile itself takes as long.
 
     AOTAutograd's cache key is made without renaming the placeholders first
     (``autograd_cache_normalize_inputs``): that renaming regenerates the module's code twice
@@ -154,13 +153,11 @@ def _inductor(gm: fx.GraphModule, examples: list, build: Build):
     ATen calls gets inductor's C++ wrapper: the launch is one C++ call that releases the GIL
     from its first kernel to its last. The Python wrapper runs inductor's kernels holding the
     GIL and releases it around each ATen call, which on the device's thread (``launch_queue``)
-    means taking turns with the host's Python: W6's step made 84-89 thread switches with it and
-    33-35 with the C++ wrapper, and was faster in 31 of 40 alternating blocks of five in-process
-    A/Bs; W3's programs (37 and 52 calls, launched beside the host) 15.25 -> 5.3 switches a
-    step, step median 4.64 -> 4.40 ms, faster in 6 of 8 blocks (docs/performance.md). A program
-    whose launches are waited for, and small, keeps the Python wrapper: the C++ wrapper costs a
-    C++ compile and ~100 ms more to load, and W1's 64-op program (read every iteration) ran no
-    faster with it. A graph the C++ wrapper cannot build falls back to the Python wrapper."""
+    means taking turns with the host's Python: a thread switch at every ATen call, where the C++
+    wrapper has a few per launch (docs/performance.md). A program whose launches are waited
+    for, and small, keeps the Python wrapper: the C++ wrapper costs a C++ compile and more time
+    to load, and a small program read every iteration runs no faster with it. A graph the C++
+    wrapper cannot build falls back to the Python wrapper."""
     import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
@@ -192,9 +189,8 @@ def _fake(examples: list) -> list:
     """Example inputs as fake tensors of a mode with a ShapeEnv, so ``item()`` in the graph can
     make an unbacked SymFloat; shapes stay static (the region's key fixes them). Inductor's FX
     graph and AOTAutograd caches also need the ShapeEnv: with real example tensors they bypass
-    ("No shape env") and every process compiles the region again (W4's 335-op region: 4.8 s
-    each run instead of a 2.5 s cache hit). Every program compiles with them, with floats or
-    without (W3's forward+backward region in a second process: 3.08 s bypassing, 1.94 s hit)."""
+    ("No shape env") and every process compiles the region again instead of loading it from
+    the cache. Every program compiles with them, with floats or without."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     mode = FakeTensorMode(shape_env=ShapeEnv())

@@ -9,17 +9,14 @@ holds the GIL; every op the user's thread issues releases the GIL inside PyTorch
 then waits for the compile thread to hand it back, up to the interpreter's switch interval
 (5 ms). While a compile runs, the worker lowers the switch interval to
 ``NEURON_LAB_COMPILE_SWITCH_US`` (restored when the queue is empty), so the user's thread waits
-at most that long per op. The compile keeps full speed when the user's thread is idle.
-Measured (2 cores, empty cache, 4 regions compiling behind a 300-op AdamW notebook cell that
-takes ~100 ms idle): runs during the compiles took 433/1110/890 ms at 5 ms, 208/210/252/479 ms
-at 200 us, 189/184/155/148 ms at 50 us; the compiles took the same 22 s in all three.
+at most that long per op. The compile keeps full speed when the user's thread is idle, and
+takes as long at a 50 us interval as at 5 ms, while a cell run during it waits far less.
 
 The compile itself runs in a helper process (``helper.py``, ``NEURON_LAB_COMPILE_HELPER``): the
 worker thread waits for it with the GIL released, then compiles the same graph here, which
-loads the program from the caches the helper wrote. Bench W7 (W3's step while its regions
-compile, empty cache, 2 cores), two runs each: 1.31x and 1.32x the eager step without the
-helper, 1.12x and 0.89x with it; the slowest step 238-259 ms -> 156-165 ms (the first program
-loaded in a process: inductor's imports and set-up, ~1.9 s of Python here).
+loads the program from the caches the helper wrote: the seconds of GIL-holding Python a
+compile is never run beside the user's loop. What is left in the user's process is the load,
+and the first program loaded in a process sets inductor up (its imports: seconds of Python).
 
 Bounds. At most ``NEURON_LAB_COMPILE_QUEUE`` (32) regions wait; a hot region found while the
 queue is full stays ``recorded`` and is queued at a later launch. A region evicted from the
