@@ -7,10 +7,12 @@
    are added to dynamo's skip list (see ``_SKIPPED``), and graph breaks are recorded with the
    user's line (``records``).
 2. ``torch.compile(m)`` with the default ``"inductor"`` backend: PyTorch's
-   ``_TorchCompileInductorWrapper`` calls inductor's ``compile_fx``, which has no code generation
-   for ``neuron`` (``KeyError: 'neuron'``). The patched ``__call__`` hands a graph with any
-   input on ``neuron`` to ``neuron_backend`` with the same config patches (``mode=``,
-   ``options=``); every other graph takes PyTorch's path unchanged.
+   ``_TorchCompileInductorWrapper`` calls inductor's ``compile_fx``, which generates code for a
+   graph's own device. The patched ``__call__`` hands every graph that touches ``neuron`` — an
+   input, a factory's ``device=``, a ``.to("neuron")``, any traced value (``hostgraph.
+   touches_neuron``) — to ``neuron_backend`` with the same config patches (``mode=``,
+   ``options=``); every other graph takes PyTorch's path unchanged. Inductor's device registries
+   know ``neuron`` too (``device_interface``), registered before any graph compiles.
 3. FX's global "symbolic trace running" flag counts only in the tracing thread (the adaptive
    runtime's background compiles trace while the user's thread calls compiled code).
 """
@@ -22,6 +24,8 @@ import sys
 import threading
 
 import torch
+
+from . import device_interface
 
 _DYNAMO = "torch._dynamo"
 # The device's own Python (its PrivateUse1 kernels, the adaptive runtime, telemetry) is to
@@ -49,6 +53,13 @@ def _on_neuron(inputs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in inputs)
 
 
+def _graph_on_neuron(gm) -> bool:
+    """A graph without ``neuron`` inputs that still creates, moves or returns ``neuron``
+    tensors (``torch.arange(n, device="neuron")``, ``create_block_mask(..., device="neuron")``)."""
+    from . import hostgraph
+    return isinstance(gm, torch.fx.GraphModule) and hostgraph.touches_neuron(gm, ())
+
+
 def _register_backend() -> None:
     if _state["registered"]:
         return
@@ -59,6 +70,7 @@ def _register_backend() -> None:
     from .backend import neuron_backend
     if "neuron" not in _COMPILER_FNS:
         register_backend(neuron_backend, name="neuron")
+    device_interface.register_interface()
     for mod in _skipped_modules():
         trace_rules.add(mod)
     _watch_graph_breaks()
@@ -156,7 +168,7 @@ def _patch_inductor_wrapper() -> None:
     orig = cls.__call__
 
     def __call__(self, model_, inputs_, *, config_patches=None):
-        if _on_neuron(inputs_):
+        if _on_neuron(inputs_) or _graph_on_neuron(model_):
             from .backend import neuron_backend
             return neuron_backend(model_, inputs_, **{**self.config, **(config_patches or {})})
         return orig(self, model_, inputs_, config_patches=config_patches)
@@ -170,9 +182,11 @@ def _patch_flex_attention() -> None:
 
     from ..device.executor import host_device
     from . import traceable
+    from . import flex_attention
     traceable.HOST_TYPE[0] = host_device().type
     fa._validate_device = traceable.validate_device
     fa._apply_kernel_options = traceable.apply_kernel_options
+    flex_attention.install()
 
 
 _fx_here = threading.local()

@@ -55,14 +55,15 @@ def _val_on_neuron(v) -> bool:
 
 
 def touches_neuron(gm: torch.fx.GraphModule, example_inputs) -> bool:
-    """Any input, any traced value or any device argument on ``neuron``, in ``gm`` or its
-    subgraphs."""
+    """Any input, any traced value (``val``, or dynamo's ``example_value``) or any device
+    argument on ``neuron``, in ``gm`` or its subgraphs."""
     if any(isinstance(x, torch.Tensor) and x.device.type == _NEURON for x in example_inputs):
         return True
     found = []
     for g in _graphs(gm):
         for node in g.graph.nodes:
-            if _val_on_neuron(node.meta.get("val")):
+            if _val_on_neuron(node.meta.get("val")) or _val_on_neuron(
+                    node.meta.get("example_value")):
                 return True
             if node.op == "call_function":
                 map_aggregate((node.args, node.kwargs),
