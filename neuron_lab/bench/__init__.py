@@ -1,7 +1,9 @@
 """The benchmark suite: six peers side by side on the workloads the adaptive runtime must win.
 
 ``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2]``.
-Modules: ``harness`` (timing rules, the per-peer driver), ``peers`` (CPU eager, neuron eager,
+Modules: ``harness`` (timing rules, the per-peer driver), ``budget`` (the core budget every
+peer runs on: one core pinned, or all cores; CPU seconds of the process and its helpers),
+``peers`` (CPU eager, neuron eager,
 neuron adaptive, torch.compile, neuron compiled, torch._lazy), one module per workload group
 (``micro``: W1, W1T, W2; ``training``: W3, W4, W6; ``notebook``: W5; ``compiling``: W7, the
 step time while compiles run), ``models`` (the MLP, tiny

@@ -1,16 +1,22 @@
-"""``python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png] [--only W1,W2] [--cold] [--distributed]``
+"""``python -m neuron_lab.bench [--budget one-core|all-cores|both] [--quick] [--json FILE]
+[--plot FILE.png] [--only W1,W2] [--table FILE.json]``
 
-Runs the workloads (``neuron_lab.bench.WORKLOADS``) on every peer in one process, prints
-progress on stderr and the markdown table on stdout, writes the JSON and the plot if asked.
+Runs the workloads (``neuron_lab.bench.WORKLOADS``) on every peer in one process, on one core
+budget for all of them (``budget.py``), prints progress on stderr and the markdown table on
+stdout, writes the JSON and the plot if asked. ``--budget both`` runs the one-core budget and
+then the all-cores one, each in its own child process, and writes one JSON holding both runs.
 
 Cold vs warm: inductor's compiled programs persist under ``NEURON_LAB_CACHE_DIR`` (default
 ``~/.cache/neuron_lab``), shared by the adaptive runtime and the torch.compile peer. The JSON
 records how many cache files existed at start ("warm" if any) and the seconds spent compiling.
 ``--cold`` re-runs the benchmark in a child process with an empty, temporary cache directory.
+
+``--table FILE.json`` prints the tables of a saved result (``report.py``) and runs nothing.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -45,11 +51,13 @@ def _machine() -> dict:
                                 capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
+    from .budget import allowed
     return {"torch": torch.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "cpu": cpu,
-            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cores": len(allowed()), "cpu_count": os.cpu_count(),
             "threads": torch.get_num_threads(), "neuron_lab": neuron_lab.__version__,
             "commit": commit, "load_before": round(os.getloadavg()[0], 2),
+            "loadavg_before": [round(x, 2) for x in os.getloadavg()],
             "telemetry_listening": _telemetry_listening(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
@@ -69,6 +77,46 @@ def _cold(argv: list[str]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _both(argv: list[str], a) -> int:
+    """Each budget in its own child process (a pinned process cannot be un-pinned cleanly:
+    thread pools keep their size), then one JSON with both runs."""
+    from . import report
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="neuron_lab_bench_") as tmp:
+        for name in ("one-core", "all-cores"):
+            js = os.path.join(tmp, f"{name}.json")
+            rest = _strip(argv, ("--budget", "--json", "--plot"))
+            cmd = [sys.executable, "-m", "neuron_lab.bench", *rest, "--budget", name, "--json", js]
+            if a.plot:
+                root, ext = os.path.splitext(a.plot)
+                cmd += ["--plot", f"{root}.{name}{ext or '.png'}"]
+            rc = subprocess.call(cmd, stdout=sys.stderr)
+            if rc != 0:
+                print(f"neuron_lab.bench: the {name} run failed ({rc})", file=sys.stderr)
+                return rc
+            with open(js) as f:
+                runs.append(json.load(f))
+    result = report.combine(runs)
+    print(report.text(result))
+    if a.json:
+        report.write_json(result, a.json)
+        print(f"wrote {a.json}", file=sys.stderr)
+    return 0
+
+
+def _strip(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``argv`` without ``flags`` and their values (``--flag v`` or ``--flag=v``)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in flags:
+            skip = True
+        elif not any(x.startswith(f + "=") for f in flags):
+            out.append(x)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from . import WORKLOADS
@@ -83,22 +131,41 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run D1: DDP step time and all-reduce bandwidth with 2 ranks "
                          "(neuron vs gloo on CPU tensors)")
     ap.add_argument("--cold", action="store_true", help="run with an empty temporary inductor cache")
-    ap.add_argument("--threads", type=int, default=0, metavar="N",
-                    help="torch.set_num_threads(N) first (0: torch's default). On a shared machine "
-                         "use 1: OpenMP regions stall when a sibling thread is descheduled")
+    ap.add_argument("--budget", choices=("one-core", "all-cores", "both"), default="one-core",
+                    help="one-core: the process, its threads and helper processes pinned to one "
+                         "CPU, one torch thread; all-cores: every allowed CPU, torch threads = "
+                         "cores; both: one run of each, one JSON (default: one-core)")
+    ap.add_argument("--cpu", type=int, default=None, metavar="K",
+                    help="the CPU the one-core budget pins to (default: the first allowed one)")
+    ap.add_argument("--optimizer", choices=("foreach", "single-tensor"), default="foreach",
+                    help="AdamW's implementation, the same for every peer (default: foreach)")
+    ap.add_argument("--table", metavar="FILE.json",
+                    help="print the tables of a saved result and exit (runs nothing)")
     a = ap.parse_args(argv)
+    if a.table:
+        from . import report
+        with open(a.table) as f:
+            print(report.text(json.load(f)))
+        return 0
     if a.cold:
         return _cold(argv)
+    if a.budget == "both":
+        return _both(argv, a)
     keys = [k.strip().upper() for k in a.only.split(",")] if a.only else list(WORKLOADS)
     bad = [k for k in keys if k not in WORKLOADS]
     if bad:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
 
     import torch
-    from . import harness, modelled, peers, report
+    from . import budget, harness, models, modelled, peers, report
+    from . import training
     from .micro import copy_bandwidth
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
+    try:
+        b = budget.make(a.budget, a.cpu)
+    except ValueError as e:
+        ap.error(str(e))
+    budget.apply(b)             # before any peer starts a thread or a helper process
+    models.set_optimizer(a.optimizer)
     torch.manual_seed(0)
     cfg = harness.Config.make(a.quick)
     cache = _cache_state()
@@ -108,11 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    log(f"neuron_lab.bench: {'quick' if a.quick else 'full'} run, workloads {','.join(keys)}, "
+    log(f"neuron_lab.bench: {'quick' if a.quick else 'full'} run, budget {b.name} (CPUs "
+        f"{','.join(map(str, b.cpus))}, {b.threads} torch threads), workloads {','.join(keys)}, "
         f"inductor cache {cache['state']} ({cache['dir']})")
     t0 = time.perf_counter()
-    result = {"schema": "neuron_lab.bench/1", "machine": machine, "cache": cache,
-              "config": {"quick": a.quick, "only": keys, **cfg.__dict__},
+    result = {"schema": report.SCHEMA, "machine": machine, "cache": cache,
+              "budget": b.describe(),
+              "config": {"quick": a.quick, "only": keys, "optimizer": a.optimizer,
+                         "sync_every": training.SYNC_EVERY, **cfg.__dict__},
               "peers": [p.name for p in ps], "labels": {p.name: p.label for p in ps},
               "workloads": {}}
     for k in keys:
@@ -125,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     result["modelled_trn2"] = modelled.run(keys, log)
     result["seconds"] = time.perf_counter() - t0
     machine["load_after"] = round(os.getloadavg()[0], 2)
-    print(report.header(result) + "\n\n" + report.table(result))
+    print(report.text(result))
     if result["modelled_trn2"]:
         print("\n" + modelled.table(result["modelled_trn2"]))
     if "distributed" in result:

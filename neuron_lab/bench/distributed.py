@@ -50,7 +50,7 @@ def _rank(quick: bool) -> dict:
 
     def ddp_step_fn(device, group):
         model = DDP(mlp().to(device), process_group=group)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)   # as every peer's
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(64 // world, 256, generator=g).to(device)
         y = torch.randint(0, 10, (64 // world,), generator=g).to(device)

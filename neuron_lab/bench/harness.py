@@ -12,8 +12,17 @@ Methodology (the same for every workload and peer):
   at least 3, when that would exceed ``cfg.sampling_budget_s``) and the median is reported.
   Steady-state samples are **interleaved across peers** (every peer is set up and warmed first,
   then sample 1 of each peer, sample 2 of each, ...), so a burst of load from other processes
-  on a shared machine hits all peers alike and the ratios stay honest. Every sample is kept in the JSON. The Python GC is paused inside a sample
-  (as ``timeit`` does); its young generations are collected between samples.
+  on a shared machine hits all peers alike and the ratios stay honest. Every sample is kept in
+  the JSON.
+- **The garbage collector stays on** inside samples: a peer that makes more Python objects pays
+  for its collections, as a training loop does. Collections and their seconds are counted per
+  sample for every peer alike (``extra["conditions"]``).
+- **One core budget for all** (``budget.py``): the process, its threads and its helper
+  processes share the CPUs of the run's budget; each sample records the affinity masks it ran
+  under (``extra["conditions"]``).
+- **CPU time beside wall time.** Each steady sample also measures the CPU seconds of the
+  process and its descendants (``budget.cpu_start``/``cpu_stop``), reported per iteration next
+  to the wall-time metric (``Steady.cpu``).
 - **Every iteration ends at a sync** chosen by the workload (``.item()``, ``peer.sync()``), so
   asynchronous peers are timed for finished work, not for queued work.
 - A peer that cannot run a workload raises ``Skip(reason)``; an exception is recorded as a skip
@@ -28,6 +37,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from . import budget as _budget
 
 perf = time.perf_counter
 
@@ -116,18 +127,35 @@ def warm(fn: Callable[[], Any], seconds: float, min_iters: int = 3) -> float:
     return statistics.median(tail)
 
 
+@dataclass
+class Timed:
+    """One sample: seconds and CPU seconds per iteration, the collector's work during it."""
+    wall: float
+    cpu: float
+    gc_collections: int
+    gc_s: float
+    gc_enabled: bool
+
+
+def _timed(fn: Callable[[], Any], inner: int, end=None) -> Timed:
+    """``inner`` iterations of ``fn`` (then ``end``) timed; the collector is left as it is (on)."""
+    watch = _budget.gc_watch()
+    g0 = watch.snapshot()
+    c0 = _budget.cpu_start()
+    t0 = perf()
+    for _ in range(inner):
+        fn()
+    if end is not None:
+        end()
+    wall = perf() - t0
+    c1 = _budget.cpu_stop()
+    g1 = watch.snapshot()
+    return Timed(wall / inner, (c1 - c0) / inner, sum(g1[:3]) - sum(g0[:3]), g1[3] - g0[3],
+                 gc.isenabled())
+
+
 def _one(fn: Callable[[], Any], inner: int, end=None) -> float:
-    gc.collect(1)               # young generations only: a full collection costs ~0.4 s here
-    gc.disable()
-    try:
-        t0 = perf()
-        for _ in range(inner):
-            fn()
-        if end is not None:
-            end()
-        return (perf() - t0) / inner
-    finally:
-        gc.enable()
+    return _timed(fn, inner, end).wall
 
 
 def _plan(per_iter: float, cfg: Config) -> tuple[int, int]:
@@ -152,6 +180,7 @@ class Steady:
     per_iter: float
     end: Callable[[], Any] | None
     convert: dict[str, Callable[[float], float]]
+    cpu: dict[str, Callable[[float], float]] = field(default_factory=dict)   # f(CPU s/iter)
 
 
 @dataclass
@@ -165,14 +194,16 @@ class Fresh:
 
 
 def steady(fn: Callable[[], Any], peer, cfg: Config, min_iters: int = 3, end=None,
+           cpu: dict[str, Callable[[float], float]] | None = None,
            **convert: Callable[[float], float]) -> Steady:
     """Warm ``fn`` up on ``peer`` (and settle the adaptive runtime); the samples are taken
-    later, interleaved with the other peers'. ``convert``: metric name -> f(seconds/iter)."""
+    later, interleaved with the other peers'. ``convert``: metric name -> f(seconds/iter);
+    ``cpu``: metric name -> f(CPU seconds/iter)."""
     per = warm(fn, cfg.warm_s, min_iters)
     per = peer.settle(lambda: warm(fn, cfg.warm_s, max(min_iters, 5)), cfg) or per
     if end is not None:
         end()
-    return Steady(fn, per, end, convert)
+    return Steady(fn, per, end, convert, dict(cpu or {}))
 
 
 def median(xs: list[float]) -> float:
@@ -205,6 +236,7 @@ def _round_robin(jobs: dict, peers: dict, cfg: Config, reasons: dict, extra: dic
                 p.quiesce(cfg)
             try:
                 with context():
+                    _note(extra, n, _budget.conditions())
                     samples[k].append(take())
             except Exception as e:  # noqa: BLE001
                 reasons[n] = _error(e)
@@ -212,18 +244,37 @@ def _round_robin(jobs: dict, peers: dict, cfg: Config, reasons: dict, extra: dic
     return samples
 
 
+def _note(extra: dict, peer: str, cond: dict) -> None:
+    """Record the conditions a sample of ``peer`` ran under (distinct ones only)."""
+    seen = extra.setdefault("conditions", {}).setdefault(peer, {"seen": []})
+    if cond not in seen["seen"]:
+        seen["seen"].append(cond)
+
+
 def _interleave(pending: dict, peers: dict, cfg: Config, outs: dict, reasons: dict, extra: dict):
-    """The steady samples of every peer (``Steady``), round-robin; each metric gets its list."""
+    """The steady samples of every peer (``Steady``; a peer may have several, keyed
+    ``(peer, variant)``), round-robin; each metric gets its list."""
     jobs = {}
-    for n, st in pending.items():
+    for (n, v), st in pending.items():
         inner, repeats = _plan(st.per_iter, cfg)
-        jobs[n] = (n, repeats, peers[n].sampling,
-                   lambda st=st, inner=inner: _one(st.fn, inner, st.end))
-    gc.collect()
+        jobs[(n, v)] = (n, repeats, peers[n].sampling,
+                        lambda st=st, inner=inner: _timed(st.fn, inner, st.end))
+    gc.collect()                # once, before any peer's samples: the same start for all
     times = _round_robin(jobs, peers, cfg, reasons, extra)
-    for n, st in pending.items():
+    for (n, v), st in pending.items():
+        got = times[(n, v)]
         for metric, f in st.convert.items():
-            outs[n][metric] = [f(t) for t in times[n]]
+            outs[n][metric] = [f(t.wall) for t in got]
+        for metric, f in st.cpu.items():
+            outs[n][metric] = [f(t.cpu) for t in got]
+        if got:
+            inner = _plan(st.per_iter, cfg)[0]
+            sampled = sum(t.wall for t in got) * inner      # seconds inside this variant's samples
+            c = extra.setdefault("conditions", {}).setdefault(n, {"seen": []})
+            c.setdefault("gc", {})[v] = {
+                "collections_per_sample": [t.gc_collections for t in got],
+                "seconds_share": sum(t.gc_s for t in got) / sampled if sampled else None,
+                "enabled": all(t.gc_enabled for t in got)}
 
 
 def _take_fresh(outs: dict, peers: dict, cfg: Config, reasons: dict, extra: dict) -> None:
@@ -266,10 +317,12 @@ def run_workload(w: Workload, peers: list, cfg: Config, log=print) -> dict:
         log(f"  {w.key} {peer.name}: set up in {perf() - t_peer:.1f} s"
             + (f" (skip: {reasons[peer.name]})" if peer.name in reasons else ""))
     _take_fresh(outs, {p.name: p for p in peers}, cfg, reasons, extra)
-    pending = {n: o.pop("steady") for n, o in outs.items() if isinstance(o.get("steady"), Steady)}
+    pending = {(n, k): o.pop(k) for n, o in outs.items()
+               for k in [k for k, v in o.items() if isinstance(v, Steady)]}
     _interleave(pending, {p.name: p for p in peers}, cfg, outs, reasons, extra)
+    stepped = {n for n, _ in pending}
     for peer in peers:
-        if peer.name in pending:
+        if peer.name in stepped:
             peer.cleanup(cfg)       # compiles queued while sampling must not leak into the next workload
     for peer in peers:
         out = outs[peer.name]

@@ -34,7 +34,7 @@ def _iterations():
     def w3():
         torch.manual_seed(0)
         model = models.mlp().to("neuron")
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **models.OPTIMIZER)
         x, y = models.mlp_batch("neuron")
         return lambda: models.train_step(model, opt, x, y).item()
 

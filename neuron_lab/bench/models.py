@@ -7,6 +7,11 @@ same ops. Attention is written out (matmul, an additive causal mask, softmax) ra
 projections rather than one fused ``qkv`` split: on torch._lazy (TS backend, torch 2.13) a matmul
 of ``split`` views followed by a broadcasting add raises "Input tensor is not a lazy tensor".
 Inputs are generated once on the host under a fixed seed and moved to the peer's device.
+
+The optimizer is AdamW with its implementation set explicitly and the same for every peer
+(``OPTIMIZER``; ``--optimizer`` on the command line). PyTorch's default picks per device:
+foreach on ``neuron`` (a PrivateUse1 device is on its foreach list) and single-tensor on CPU and
+``lazy``, which would make the peers run different ops.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from torch import nn
 MLP_SIZES = (256, 512, 512, 10)
 MLP_BATCH = 128
 GPT = dict(vocab=256, d=128, heads=4, layers=2, T=64, batch=16)
+OPTIMIZER = {"foreach": True}     # AdamW's implementation for every peer (``set_optimizer``)
 LLAMA = dict(vocab=256, d=128, heads=4, layers=2, T=64, batch=8, ffn=344)
 
 
@@ -114,9 +120,17 @@ def make(kind: str, peer, seed: int = 0):
     torch.manual_seed(seed)
     build, data = _MODELS[kind]
     model = build().to(peer.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **OPTIMIZER)
     batch = data(peer.device, seed=seed)
     return peer.module(model), opt, batch
+
+
+def set_optimizer(kind: str) -> None:
+    """``"foreach"`` or ``"single-tensor"``: AdamW's implementation for every peer."""
+    if kind not in ("foreach", "single-tensor"):
+        raise ValueError(f"unknown optimizer implementation {kind!r}")
+    OPTIMIZER.clear()
+    OPTIMIZER.update(foreach=kind == "foreach")
 
 
 def train_step(model, opt, x, y):

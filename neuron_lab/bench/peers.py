@@ -10,9 +10,14 @@
 ``neuron_compile`` ``torch.compile(model, backend="neuron")`` on the ``neuron`` device (the same
                    inductor code as ``compile``, bound to neuron tensors; docs/compile.md); the
                    optimizer runs eager in adaptive mode, as ``compile``'s runs eager. W3, W4, W6.
-``lazy``           ``torch._lazy`` (C++ lazy tensor core, TorchScript backend), device ``"lazy"``,
+``lazy``           ``torch._lazy`` (C++ lazy tensor core, TorchScript reference backend: no CPU
+                   fusion, eager fallbacks for ops it lacks), device ``"lazy"``,
                    ``torch._lazy.mark_step()`` at the end of every iteration.
 =================  ==================================================================================
+
+Every peer runs in the benchmark's one process, on the run's core budget (``budget.py``): its
+threads and any process it starts (the adaptive runtime's compile helper, inductor's compile
+workers, the C++ compiler) inherit the affinity mask.
 
 Interface: ``device``; ``active()`` (context for a workload's set-up: the adaptive and neuron
 compiled peers start from an empty region cache); ``sampling()`` (context for one timed sample:

@@ -1,25 +1,46 @@
-"""Rendering a benchmark result: the markdown table, the JSON file, the bar-chart plot.
+"""Rendering a benchmark result: the markdown tables, the JSON file, the bar-chart plot.
 
 Everything here reads only the result dict (the JSON schema below), so a saved JSON can be
-re-rendered: ``python -m neuron_lab.bench.report result.json [--plot out.png]``.
+re-rendered::
 
-Schema ``neuron_lab.bench/1``::
+    python -m neuron_lab.bench.report docs/bench/results.json            # header + tables
+    python -m neuron_lab.bench.report docs/bench/results.json --markdown # the README's block
+    python -m neuron_lab.bench.report docs/bench/results.json --readme README.md  # rewrite it
 
-    {"schema", "machine": {...}, "config": {...}, "cache": {...}, "peers": [name, ...],
-     "labels": {name: label}, "seconds": total,
-     "workloads": {key: {"title", "seconds", "extra": {...},
+``--readme`` replaces what lies between ``<!-- bench-table:begin -->`` and
+``<!-- bench-table:end -->`` in the file with the ``--markdown`` block, so the README's table
+and ratios come from the committed JSON only.
+
+Schema ``neuron_lab.bench/2``: one run (one core budget)::
+
+    {"schema", "machine": {...}, "budget": {"name", "cpus", "threads"}, "config": {...},
+     "cache": {...}, "peers": [name, ...], "labels": {name: label}, "seconds": total,
+     "workloads": {key: {"title", "seconds", "extra": {..., "conditions": {peer: {...}}},
                          "metrics": {name: {"unit", "better", "log",
                                             "peers": {peer: {"median", "samples"} | {"skip"}}}},
                          "ratios": [{"label", "num", "den", "op", "target", "value", "met"}]}},
-     "modelled_trn2": {key: {"eager"|"adaptive": {"launches", "modelled_s", "host_s", "bytes",
-                                                  "flops"} per iteration, "speedup"}}}
+     "modelled_trn2": {key: {...}}}
+
+or several (``--budget both``): ``{"schema", "machine", "runs": [run, ...]}``. ``runs(result)``
+gives the list either way.
 """
 from __future__ import annotations
 
 import json
 import sys
 
+SCHEMA = "neuron_lab.bench/2"
 _QUIET_SKIPS = ("not applicable", "neuron peers only", "not measured")
+
+
+def runs(result: dict) -> list[dict]:
+    """The runs (one per core budget) a result holds."""
+    return list(result["runs"]) if "runs" in result else [result]
+
+
+def combine(rs: list[dict]) -> dict:
+    """One result holding several runs; the machine is the first run's."""
+    return {"schema": SCHEMA, "machine": rs[0]["machine"], "runs": rs}
 
 
 def fmt(v: float | None) -> str:
@@ -35,47 +56,133 @@ def fmt(v: float | None) -> str:
     return f"{v:.3g}"
 
 
-def table(result: dict) -> str:
-    """Markdown: one row per workload metric, one column per peer; then the targets."""
+def _cell(e: dict, peer: str, labels: dict, notes: list[str]) -> str:
+    """A table cell: the median, "–" (not applicable), or "fails[n]"/"skip[n]" with a note."""
+    if "median" in e:
+        return fmt(e["median"])
+    why = e["skip"]
+    if any(q in why for q in _QUIET_SKIPS):
+        return "–"
+    note = f"{labels.get(peer, peer)}: {why}"
+    if note not in notes:
+        notes.append(note)
+    kind = "fails" if why.startswith("error:") else "skip"
+    return f"{kind}[{notes.index(note) + 1}]"
+
+
+def budget_name(run: dict) -> str:
+    return (run.get("budget") or {}).get("name", "?")
+
+
+def table(result: dict, targets: bool = True) -> str:
+    """Markdown for one run: one row per workload metric, one column per peer; then the
+    targets (``targets``) and the notes on peers that failed or skipped."""
     peers, labels = result["peers"], result["labels"]
     notes: list[str] = []
     lines = ["| workload | metric | " + " | ".join(labels[p] for p in peers) + " |",
              "|---|---|" + "---:|" * len(peers)]
     for key, w in result["workloads"].items():
         for name, m in w["metrics"].items():
-            cells = []
-            for p in peers:
-                e = m["peers"].get(p, {"skip": "not run"})
-                if "median" in e:
-                    cells.append(fmt(e["median"]))
-                elif any(q in e["skip"] for q in _QUIET_SKIPS):
-                    cells.append("–")
-                else:
-                    if e["skip"] not in notes:
-                        notes.append(e["skip"])
-                    cells.append(f"skip[{notes.index(e['skip']) + 1}]")
+            cells = [_cell(m["peers"].get(p, {"skip": "not run"}), p, labels, notes) for p in peers]
             arrow = "↓" if m["better"] == "lower" else "↑"
-            what = f"{name} ({m['unit']})" if len(w["metrics"]) > 1 else m["unit"]
+            plain = len(w["metrics"]) == 1 or "," in m["unit"]     # the unit says it all
+            what = m["unit"] if plain else f"{name} ({m['unit']})"
             lines.append(f"| {key} | {what} {arrow} | " + " | ".join(cells) + " |")
-    lines += ["", "| target | value | goal | met |", "|---|---:|---:|:---:|"]
-    for w in result["workloads"].values():
-        for r in w["ratios"]:
-            met = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
-            unit = "" if r["den"] is None else "×"
-            lines.append(f"| {r['label']} | {fmt(r['value'])}{unit if r['value'] is not None else ''}"
-                         f" | {r['op']} {fmt(r['target'])}{unit} | {met} |")
+    if targets:
+        lines += ["", "| target | value | goal | met |", "|---|---:|---:|:---:|"]
+        for w in result["workloads"].values():
+            for r in w["ratios"]:
+                lines.append(f"| {r['label']} | {_ratio(r)} | {r['op']} {fmt(r['target'])}"
+                             f"{'' if r['den'] is None else '×'} | {_met(r)} |")
     if notes:
         lines += [""] + [f"[{i + 1}] {n}" for i, n in enumerate(notes)]
     return "\n".join(lines)
 
 
+def _ratio(r: dict) -> str:
+    if r["value"] is None:
+        return "—"
+    return fmt(r["value"]) + ("" if r["den"] is None else "×")
+
+
+def _met(r: dict) -> str:
+    return "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
+
+
 def header(result: dict) -> str:
     m, c = result["machine"], result["cache"]
-    return (f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {m['threads']} torch threads, "
-            f"load {m['load_before']} before; inductor cache {c['state']} ({c['entries_before']} "
-            f"files at start, {c['dir']}); copy bandwidth {fmt(result.get('copy_bandwidth_GBps'))} "
-            f"GB/s; {'quick' if result['config']['quick'] else 'full'} run, "
-            f"{result['seconds']:.0f} s")
+    b = result.get("budget") or {}
+    where = (f"budget {b['name']} (CPU {','.join(map(str, b['cpus']))}, {b['threads']} torch "
+             f"thread{'s' if b['threads'] != 1 else ''})" if b else f"{m['threads']} torch threads")
+    return (f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {where}, "
+            f"load {m['load_before']} before, {m.get('load_after', '?')} after; inductor cache "
+            f"{c['state']} ({c['entries_before']} files at start); copy bandwidth "
+            f"{fmt(result.get('copy_bandwidth_GBps'))} GB/s; "
+            f"{'quick' if result['config']['quick'] else 'full'} run, {result['seconds']:.0f} s")
+
+
+def text(result: dict) -> str:
+    """Header and full table of every run in ``result``."""
+    return "\n\n".join(f"### {budget_name(r)}\n\n{header(r)}\n\n{table(r)}" for r in runs(result))
+
+
+def ratios_table(result: dict, first: tuple[str, ...] = ("W6",)) -> str:
+    """The targets side by side for every run (a column per budget), ``first`` workloads first."""
+    rs = runs(result)
+    names = [budget_name(r) for r in rs]
+    order: list[str] = []
+    found: dict[tuple[str, str], dict] = {}
+    for r in rs:
+        keys = sorted(r["workloads"], key=lambda k: (k not in first, list(r["workloads"]).index(k)))
+        for k in keys:
+            for q in r["workloads"][k]["ratios"]:
+                if q["label"] not in order:
+                    order.append(q["label"])
+                found[(budget_name(r), q["label"])] = q
+    lines = ["| ratio (goal) | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for label in order:
+        any_q = next(found[(n, label)] for n in names if (n, label) in found)
+        goal = f"{any_q['op']} {fmt(any_q['target'])}{'' if any_q['den'] is None else '×'}"
+        cells = []
+        for n in names:
+            q = found.get((n, label))
+            cells.append("—" if q is None else _ratio(q) + ("" if q["met"] is not False else " (no)"))
+        lines.append(f"| {label} ({goal}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    """The README's block: the machine line, each budget's table (no targets), the ratios."""
+    rs = runs(result)
+    m = result["machine"]
+    out = [f"Measured on {m['cores']} cores ({m['cpu']}), torch {m['torch']}, load "
+           f"{m['load_before']} at the start; "
+           + "; ".join(f"{budget_name(r)}: {'quick' if r['config']['quick'] else 'full'} run, "
+                       f"{r['seconds']:.0f} s, load {r['machine'].get('load_after', '?')} at its end"
+                       for r in rs)
+           + f"; AdamW {rs[0]['config'].get('optimizer', '?')} for every peer. Medians, peers "
+             "interleaved; compare within a row."]
+    for r in rs:
+        b = r.get("budget") or {}
+        out += ["", f"**{budget_name(r)}** (CPUs {','.join(map(str, b.get('cpus', [])))}, "
+                    f"{b.get('threads', '?')} torch threads):", "", table(r, targets=False)]
+    out += ["", "Ratios (goal in brackets; \"(no)\": goal missed):", "", ratios_table(result)]
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
+
+
+def update_readme(result: dict, path: str) -> None:
+    """Replace the block between ``BEGIN`` and ``END`` in ``path`` with ``markdown(result)``."""
+    with open(path) as f:
+        s = f.read()
+    if BEGIN not in s or END not in s:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to replace")
+    a, rest = s.split(BEGIN, 1)
+    _, b = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(a + BEGIN + "\n" + markdown(result) + "\n" + END + b)
 
 
 def write_json(result: dict, path: str) -> None:
@@ -84,7 +191,9 @@ def write_json(result: dict, path: str) -> None:
 
 
 def plot(result: dict, path: str) -> None:
-    """One bar chart per workload metric, peers side by side (log axis where values span >10×)."""
+    """One bar chart per workload metric, peers side by side (log axis where values span >10×);
+    the first run of a result with several."""
+    result = runs(result)[0]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -117,15 +226,28 @@ def plot(result: dict, path: str) -> None:
     plt.close(fig)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
     import argparse
-    ap = argparse.ArgumentParser(description="Re-render a saved benchmark JSON.")
+    ap = argparse.ArgumentParser(prog="python -m neuron_lab.bench.report",
+                                 description="Re-render a saved benchmark JSON.")
     ap.add_argument("json")
+    ap.add_argument("--markdown", action="store_true", help="print the README's block")
+    ap.add_argument("--readme", metavar="README.md", help="rewrite the README's block in place")
     ap.add_argument("--plot")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     with open(a.json) as f:
         res = json.load(f)
-    print(header(res) + "\n\n" + table(res))
+    if a.readme:
+        update_readme(res, a.readme)
+        print(f"updated {a.readme}", file=sys.stderr)
+    elif a.markdown:
+        print(markdown(res))
+    else:
+        print(text(res))
     if a.plot:
         plot(res, a.plot)
-    sys.exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,10 +1,19 @@
 """Training workloads: an MLP (W3), a tiny GPT (W4) and a Transformers Llama (W6) train step,
 all with AdamW.
 
-One iteration = ``zero_grad``, forward, cross-entropy, ``backward``, ``AdamW.step``, then the
-peer's step boundary (``mark_step`` for lazy). Steps do not sync one by one (a training loop
-does not look at every loss); each timed sample ends with the peer's ``sync()``, inside the
-window, so queued work is paid for. Steady state (steps/s) follows the harness's warm-up rules.
+One step = ``zero_grad``, forward, cross-entropy, ``backward``, ``AdamW.step`` (the same
+implementation for every peer, set explicitly: ``models.OPTIMIZER``), then the peer's step
+boundary (``mark_step`` for lazy). Two steady variants, sampled interleaved like every metric:
+
+- ``steps_per_s`` — **a sync per step**: ``loss.item()`` after every step, as a loop that logs
+  its loss does. An asynchronous peer cannot run ahead of its device.
+- ``steps_per_s_sync{N}`` — **a sync every N steps** (``SYNC_EVERY``, 10): one iteration is N
+  steps, then ``loss.item()``; the host may queue up to N steps ahead of the device.
+
+Each comes with its CPU cost, ``cpu_ms_per_step`` / ``cpu_ms_per_step_sync{N}``: CPU seconds of
+the process and its helper processes per step (``budget.cpu_start``), so a peer that keeps a
+second thread busy shows it even where its wall time does not. Each timed sample also ends
+with the peer's ``sync()``, inside the window, so queued work is paid for.
 
 W4 also measures what a user sees from a fresh model, *without* waiting for background compiles:
 ``first_step_s`` — from the first ``train_step`` call until its loss is on the host (``.item()``),
@@ -28,6 +37,10 @@ from . import models
 from .harness import Fresh, Metric, Ratio, Skip, Workload, perf, steady
 
 
+SYNC_EVERY = 10
+SYNCN = f"sync{SYNC_EVERY}"
+
+
 def _loop(peer, model, opt, batch):
     x, y = batch
 
@@ -38,10 +51,42 @@ def _loop(peer, model, opt, batch):
     return it
 
 
+def _variants(it, peer, cfg) -> dict:
+    """The two steady variants of a train step ``it``: a sync per step, a sync every N steps."""
+    def each():
+        it().item()
+
+    def block():
+        for _ in range(SYNC_EVERY - 1):
+            it()
+        it().item()
+    n = SYNC_EVERY
+    return {"steady": steady(each, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t,
+                             cpu={"cpu_ms_per_step": lambda c: c * 1e3}),
+            "steady_" + SYNCN: steady(block, peer, cfg, end=peer.sync,
+                                      cpu={f"cpu_ms_per_step_{SYNCN}": lambda c: c * 1e3 / n},
+                                      **{f"steps_per_s_{SYNCN}": lambda t: n / t})}
+
+
+def _steady_metrics() -> list[Metric]:
+    return [Metric("steps_per_s", "steps/s, sync every step", "higher"),
+            Metric("cpu_ms_per_step", "CPU ms/step, sync every step", "lower"),
+            Metric(f"steps_per_s_{SYNCN}", f"steps/s, sync every {SYNC_EVERY} steps", "higher"),
+            Metric(f"cpu_ms_per_step_{SYNCN}", f"CPU ms/step, sync every {SYNC_EVERY} steps",
+                   "lower")]
+
+
+def _vs(key: str, num: str, den: str, target: float, op: str = ">=") -> list[Ratio]:
+    """The same steps/s ratio for both sync variants."""
+    from .peers import LABELS
+    return [Ratio(f"{key} {LABELS[num]} / {LABELS[den]} steps/s{tag}", (m, num), (m, den), op, target)
+            for m, tag in (("steps_per_s", ", sync every step"),
+                           (f"steps_per_s_{SYNCN}", f", sync every {SYNC_EVERY}"))]
+
+
 def run_w3(peer, cfg) -> dict:
     it = _loop(peer, *models.make("mlp", peer))
-    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
-            "extra": peer.extra}
+    return {**_variants(it, peer, cfg), "extra": peer.extra}
 
 
 def run_w6(peer, cfg) -> dict:
@@ -50,8 +95,7 @@ def run_w6(peer, cfg) -> dict:
     except ImportError as e:
         raise Skip(f"needs Transformers (pip install neuron_lab[bench]): {e}") from None
     it = _loop(peer, *models.make("llama", peer))
-    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
-            "extra": peer.extra}
+    return {**_variants(it, peer, cfg), "extra": peer.extra}
 
 
 def _first_step(peer) -> float:
@@ -79,7 +123,7 @@ def run_w4(peer, cfg) -> dict:
         fresh["measured_s"] = total
         total += (steps - done) * (total - first) / (done - 1)
     fresh.update(peer.extra())
-    return {"steady": steady(it, peer, cfg, end=peer.sync, steps_per_s=lambda t: 1.0 / t),
+    return {**_variants(it, peer, cfg),
             "first_step_s": (Fresh(lambda: _first_step(peer), cfg.first_step_repeats)
                              if peer.fresh_repeatable else [first]),
             "total_s": total,
@@ -88,25 +132,22 @@ def run_w4(peer, cfg) -> dict:
 
 W3 = Workload(
     "W3", "MLP 256-512-512-10, batch 128, AdamW train step",
-    [Metric("steps_per_s", "steps/s", "higher")], run_w3,
-    [Ratio("W3 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.3),
-     Ratio("W3 adaptive / torch.compile steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "compile"), ">=", 1.0),
-     Ratio("W3 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)])
+    _steady_metrics(), run_w3,
+    [*_vs("W3", "neuron_adaptive", "native", 1.3), *_vs("W3", "neuron_adaptive", "compile", 1.0),
+     *_vs("W3", "neuron_compile", "compile", 0.95)])
 
 W4 = Workload(
     "W4", "tiny GPT (2 layers, d=128, T=64, batch 16) AdamW train step",
-    [Metric("steps_per_s", "steps/s", "higher"),
+    [*_steady_metrics(),
      Metric("first_step_s", "s to first step", "lower", log=True),
      Metric("total_s", "s to N steps", "lower", log=True)], run_w4,
     [Ratio("W4 first step adaptive / neuron eager", ("first_step_s", "neuron_adaptive"), ("first_step_s", "neuron_eager"), "<=", 1.2),
      Ratio("W4 N-step total adaptive / torch.compile", ("total_s", "neuron_adaptive"), ("total_s", "compile"), "<", 1.0),
-     Ratio("W4 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)])
+     *_vs("W4", "neuron_compile", "compile", 0.95)])
 
 W6 = Workload(
     "W6", "Transformers Llama (2 layers, d=128, T=64, batch 8, from config) AdamW train step",
-    [Metric("steps_per_s", "steps/s", "higher")], run_w6,
-    [Ratio("W6 adaptive / CPU eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "native"), ">=", 1.0),
-     Ratio("W6 adaptive / neuron eager steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "neuron_eager"), ">=", 1.0),
-     Ratio("W6 adaptive / torch.compile steps/s", ("steps_per_s", "neuron_adaptive"), ("steps_per_s", "compile"), ">=", 1.0),
-     Ratio("W6 neuron compiled / torch.compile steps/s", ("steps_per_s", "neuron_compile"), ("steps_per_s", "compile"), ">=", 0.95)],
-    peers=("native", "neuron_eager", "neuron_adaptive", "compile", "neuron_compile"))
+    _steady_metrics(), run_w6,
+    [*_vs("W6", "neuron_adaptive", "native", 1.0), *_vs("W6", "neuron_adaptive", "compile", 1.0),
+     *_vs("W6", "neuron_adaptive", "neuron_eager", 1.0),
+     *_vs("W6", "neuron_compile", "compile", 0.95)])

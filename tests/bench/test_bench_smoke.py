@@ -2,7 +2,7 @@
 peer yields a number or a recorded skip reason for every metric. No timing is asserted: the
 numbers depend on the machine and on whatever else runs on it.
 
-The CLI run uses ``--quick`` on a tiny subset (W1 on every peer, W1T, W5) with one torch thread;
+The CLI run uses ``--quick`` on a tiny subset (W1 on every peer, W1T, W5) on the one-core budget;
 the report/harness checks below use synthetic results and run in milliseconds.
 """
 import json
@@ -21,7 +21,7 @@ SUBSET = ("W1", "W1T", "W5")
 def cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     js, png = out / "bench.json", out / "bench.png"
-    cmd = [sys.executable, "-m", "neuron_lab.bench", "--quick", "--threads", "1",
+    cmd = [sys.executable, "-m", "neuron_lab.bench", "--quick", "--budget", "one-core",
            "--only", ",".join(SUBSET), "--json", str(js), "--plot", str(png)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -31,10 +31,15 @@ def cli_run(tmp_path_factory):
 
 def test_json_schema(cli_run):
     _, res, _ = cli_run
-    assert res["schema"] == "neuron_lab.bench/1"
+    assert res["schema"] == "neuron_lab.bench/2"
     for key in ("torch", "cores", "threads", "cpu", "load_before", "load_after"):
         assert key in res["machine"]
     assert res["machine"]["threads"] == 1
+    assert res["budget"]["name"] == "one-core" and len(res["budget"]["cpus"]) == 1
+    assert res["config"]["optimizer"] == "foreach"
+    conds = res["workloads"]["W1"]["extra"]["conditions"]
+    masks = {p: [c["thread_masks"] for c in conds[p]["seen"]] for p in conds}
+    assert all(m == [[res["budget"]["cpus"]]] for m in masks.values()), masks
     assert res["cache"]["state"] in ("cold", "warm")
     assert res["copy_bandwidth_GBps"] > 0
     assert res["peers"] == list(peers.ORDER)
@@ -98,8 +103,7 @@ def test_driver_records_errors_as_skips():
 def test_fresh_samples_are_taken_round_robin_after_every_set_up():
     """``harness.Fresh`` metrics (W4's first step) are sampled like the steady ones: after all
     set-ups, sample r of every peer before sample r + 1, so a slow spell of the machine does not
-    land on one peer only (it did: one full run's adaptive first steps 68-77 ms, 55-61 ms in
-    every other run)."""
+    land on one peer only."""
     order = []
 
     def run(peer, cfg):

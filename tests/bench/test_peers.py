@@ -1,7 +1,6 @@
 """The benchmark's neuron peers share the process's one adaptive engine: each is sampled and
-reported with the regions it learned at its own set-up. (``neuron_compile``'s set-up used to
-reset the engine after ``neuron_adaptive``'s, so adaptive's W3/W6 samples ran recapturing and
-re-trialling its regions: W6 29.3 steps/s with neuron_compile in the run, 33.3-35.0 without.)"""
+reported with the regions it learned at its own set-up, so a peer set up later does not make an
+earlier one's samples recapture and re-trial its regions."""
 import torch
 
 from neuron_lab import runtime

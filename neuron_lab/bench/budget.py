@@ -1,0 +1,200 @@
+"""The core budget every peer is measured on, and the CPU time it spends.
+
+Two budgets, the same for every peer of a run:
+
+- ``one-core``: the whole process is pinned to one CPU (``os.sched_setaffinity`` on every
+  thread that exists when the budget is applied; threads and processes started later inherit
+  the mask). That covers the user's thread, the adaptive runtime's device thread
+  (``neuron-launch``) and compile thread, autograd's device thread, the compile helper process
+  (``runtime/helper.py``, started with ``subprocess.Popen``), inductor's compile workers and the
+  C++ compiler they run, and torch.compile's and torch._lazy's own threads: all share the one
+  core. torch's intra-op threads: 1.
+- ``all-cores``: the process may use every CPU it was allowed at start; torch's intra-op threads
+  = that number, so the CPU peers get the cores the adaptive runtime's extra threads use.
+
+``cpu_seconds()`` is the process's CPU time (user + system, every thread) plus that of its
+descendants: the reaped ones (``os.times``' children fields) and the live ones (read from
+``/proc/PID/stat``: the compile helper lives as long as the process, so ``RUSAGE_CHILDREN``
+alone would never see it). ``conditions()`` is what the harness records at each sample, so a
+test and a reader of the JSON can check every peer ran under the same mask with the collector on.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import asdict, dataclass
+
+NAMES = ("one-core", "all-cores")
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_START = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str                  # "one-core" | "all-cores"
+    cpus: tuple[int, ...]      # the affinity mask every thread and child gets
+    threads: int               # torch.set_num_threads
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+def allowed() -> tuple[int, ...]:
+    """The CPUs this process could use when it started (before any budget was applied)."""
+    if _START is None:
+        return tuple(range(os.cpu_count() or 1))
+    return tuple(sorted(_START))
+
+
+def make(name: str, cpu: int | None = None) -> Budget:
+    if name not in NAMES:
+        raise ValueError(f"unknown budget {name!r}; choose from {', '.join(NAMES)}")
+    cpus = allowed()
+    if name == "one-core":
+        c = cpus[0] if cpu is None else cpu
+        if c not in cpus:
+            raise ValueError(f"CPU {c} is not among the allowed ones {list(cpus)}")
+        return Budget(name, (c,), 1)
+    return Budget(name, cpus, len(cpus))
+
+
+def _tids() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
+def apply(b: Budget) -> None:
+    """Pin every thread of this process to ``b.cpus`` and set torch's intra-op threads. Children
+    started later inherit the mask; ``NEURON_LAB_BENCH_THREADS`` tells bench children (W7) the
+    thread count."""
+    import torch
+    if hasattr(os, "sched_setaffinity"):
+        for tid in _tids():
+            try:
+                os.sched_setaffinity(tid, b.cpus)
+            except OSError:         # a thread that ended meanwhile
+                pass
+        os.sched_setaffinity(0, b.cpus)
+    torch.set_num_threads(b.threads)
+    os.environ["NEURON_LAB_BENCH_THREADS"] = str(b.threads)
+    os.environ["NEURON_LAB_BENCH_BUDGET"] = b.name
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of the process itself) from /proc/PID/stat, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def descendants() -> dict[int, float]:
+    """Live descendant processes of this one: pid -> their own CPU seconds so far."""
+    me = os.getpid()
+    parent, cpu = {}, {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        st = _stat(pid)
+        if st is not None:
+            parent[pid], cpu[pid] = st
+    out, frontier = {}, [me]
+    while frontier:
+        p = frontier.pop()
+        for c, pp in parent.items():
+            if pp == p and c not in out:
+                out[c] = cpu[c]
+                frontier.append(c)
+    return out
+
+
+def _own() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def cpu_start() -> float:
+    """CPU seconds of the process and its descendants; call it just before a timed window (the
+    /proc scan runs before the process's own clock is read, so it is not counted)."""
+    kids = sum(descendants().values())
+    return _own() + kids
+
+
+def cpu_stop() -> float:
+    """As ``cpu_start``, just after a timed window (the process's clock is read first)."""
+    own = _own()
+    return own + sum(descendants().values())
+
+
+def _mask(path: str) -> tuple[int, ...] | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return tuple(_parse_list(line.split(":", 1)[1].strip()))
+    except OSError:
+        return None
+    return None
+
+
+def _parse_list(s: str) -> list[int]:
+    out: list[int] = []
+    for part in s.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += range(int(a), int(b) + 1)
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def conditions() -> dict:
+    """What a sample runs under: the distinct affinity masks of this process's threads and of
+    its live descendants, torch's intra-op threads, and whether the garbage collector is on."""
+    import torch
+    threads = {m for m in (_mask(f"/proc/self/task/{t}/status") for t in _tids()) if m is not None}
+    kids = {m for m in (_mask(f"/proc/{p}/status") for p in descendants()) if m is not None}
+    return {"thread_masks": sorted(list(m) for m in threads),
+            "child_masks": sorted(list(m) for m in kids),
+            "torch_threads": torch.get_num_threads(), "gc_enabled": gc.isenabled()}
+
+
+class GCWatch:
+    """Counts the collections the garbage collector runs, and the seconds they take (a
+    ``gc.callbacks`` hook installed once; the collector itself stays on)."""
+
+    def __init__(self) -> None:
+        import time
+        self._perf = time.perf_counter
+        self.count = [0, 0, 0]
+        self.seconds = 0.0
+        self._t0 = None
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = self._perf()
+        elif self._t0 is not None:
+            self.seconds += self._perf() - self._t0
+            self.count[info.get("generation", 0)] += 1
+            self._t0 = None
+
+    def snapshot(self) -> tuple[int, int, int, float]:
+        return (*self.count, self.seconds)
+
+
+_watch: GCWatch | None = None
+
+
+def gc_watch() -> GCWatch:
+    global _watch
+    if _watch is None:
+        _watch = GCWatch()
+    return _watch
