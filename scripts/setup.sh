@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment from the repo's own files: a venv in .venv with the pinned
-# CPU build of torch, neuron_lab (editable, with the built JupyterLab extension) and test extras,
-# and Debian's chromium for the browser tests. Idempotent; safe to re-run.
+# CPU build of torch, neuron_lab (editable: its C++ extensions and JupyterLab extension built
+# here) and test extras, and Debian's chromium for the browser tests. Idempotent; safe to re-run
+# (after editing a .cpp, re-running it recompiles only what changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -21,7 +22,7 @@ if ! command -v npm >/dev/null 2>&1; then
     echo "setup: Node.js and npm are needed to build extension/ (the JupyterLab panel)" >&2; exit 1
   fi
 fi
-# The device's native guard (neuron_lab/device/csrc) and inductor's CPU kernels need a C++ compiler.
+# The package build compiles neuron_lab/*/csrc, and inductor's CPU kernels need a C++ compiler.
 if ! command -v g++ >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null) \
@@ -30,9 +31,19 @@ if ! command -v g++ >/dev/null 2>&1; then
     echo "setup: g++ is needed to build neuron_lab/device/csrc" >&2; exit 1
   fi
 fi
-"$VENV/bin/python" -m pip install -q -e ".[test]"
-# build the native extension once now (cached under ~/.cache/neuron_lab/native), not in a test
-"$VENV/bin/python" -c "from neuron_lab.device import native; native.load()"
+# Build against the torch installed above (--no-build-isolation): the C++ extensions link against
+# libtorch, whose ABI changes between minor releases. The build's own requirements come from
+# pyproject.toml's [build-system] (less torch, installed above), plus `editables`, which hatchling
+# asks for when it builds an editable install.
+"$VENV/bin/python" - <<'PY' > "$VENV/build-requirements.txt"
+import tomllib
+reqs = tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]
+print("\n".join([r for r in reqs if not r.startswith("torch")] + ["editables"]))
+PY
+"$VENV/bin/python" -m pip install -q -r "$VENV/build-requirements.txt"
+"$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[test]"
+"$VENV/bin/python" -c "import neuron_lab" \
+  || { echo "setup: neuron_lab does not import (see the error above)" >&2; exit 1; }
 "$VENV/bin/jupyter" labextension list 2>&1 | grep -q "neuron-lab-panel.*enabled.*OK" \
   || { echo "setup: the neuron-lab-panel JupyterLab extension is not installed" >&2; exit 1; }
 if [ "${NEURON_LAB_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then

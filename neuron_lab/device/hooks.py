@@ -5,9 +5,7 @@ The Python hooks that ``_setup_privateuseone_for_python_backend`` can register a
 ``is_pinned()``, a ``non_blocking`` copy to the host) and device generators
 (``torch.Generator(device="neuron")``) are asked of the C++ hooks object, so the device registers
 a C++ one, as PyTorch's reference PrivateUse1 backend (OpenReg) does. PyTorch takes one hooks
-object per process: ``install`` runs before any other and, without the native extension (no C++
-compiler), leaves the Python hooks to the caller; then those two features raise PyTorch's own
-"getPinnedMemoryAllocator"/"getNewGenerator" errors and everything else works.
+object per process: ``install`` registers it before any other.
 
 A neuron generator fronts a host generator (random ops run on the host executor): its seed,
 state and offset are the host generator's; ``host_generators`` swaps it in for the host op.
@@ -28,17 +26,11 @@ def _host_generator(default: bool) -> torch.Generator:
     return torch.Generator(device=dev)
 
 
-def install() -> bool:
-    """Register the C++ hooks; False when the native extension is not available."""
+def install(ext) -> None:
+    """Register the C++ hooks of ``ext`` (the device's native extension)."""
     global _ext
-    from . import native
-    try:
-        ext = native.load()
-    except RuntimeError:
-        return False
     ext.install_hooks(_host_generator, executor.host_device().type == "cuda", resize_storage)
     _ext = ext
-    return True
 
 
 def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
@@ -85,10 +77,6 @@ def host_generator(g: torch.Generator, op: str = "a random op") -> torch.Generat
             f"Expected a 'neuron' device type for generator but found '{g.device.type}' (in {op} "
             f"on neuron:0). Create it with torch.Generator(device='neuron'), or draw on "
             f"{g.device.type} and move the result with .to('neuron').")
-    if _ext is None:
-        raise RuntimeError("neuron: generators on neuron need the device's native hooks, which "
-                           "are not built (a C++ compiler is missing; scripts/setup.sh installs "
-                           "g++); pass a CPU generator instead")
     return _ext.host_generator(g)
 
 

@@ -1,114 +1,114 @@
-"""Native extensions: the device's (every ``neuron_lab/device/csrc/*.cpp`` built into one module)
-and any other layer's (``build(name, csrc_dir)``; the runtime's deferral hot path is one).
+"""Loading neuron_lab's compiled extensions, which the package build made (``hatch_build.py``).
 
 Some of the device contract is only reachable from C++: PyTorch looks up a backend's streams and
-events through ``c10::impl::DeviceGuardImplInterface`` (``csrc/guard.cpp``), and a Python
-PrivateUse1 backend can only register a guard that knows its device type. The files are small
-and include only c10, CPython and pybind11 headers, so the build takes seconds, not a full
-``torch/extension.h`` compile. ``csrc/python_objects.h`` holds the CPython helpers every
-extension's C callables share.
+events through ``c10::impl::DeviceGuardImplInterface`` (``csrc/guard.cpp``), pinned memory and
+generators through the PrivateUse1 hooks (``csrc/hooks.cpp``), and the eager path's kernel runs
+in C++ (``csrc/direct.cpp``). The device's sources build into ``neuron_lab.device._device_ext``;
+the runtime's (``runtime/csrc``) into ``neuron_lab.runtime._runtime_ext``, loaded through
+``extension`` here too. ``csrc/python_objects.h`` holds the CPython helpers both share.
 
-Convention (every extension): ``csrc/NAME.cpp`` defines
-``void neuron_lab::init_NAME(pybind11::module_&)``, which adds its functions to the module;
-``build`` generates the ``PYBIND11_MODULE`` that calls every ``init_*``. Each is built once with
-``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja, both installed by
-``scripts/setup.sh``/the package's dependencies) and cached under
-``~/.cache/neuron_lab/native/<hash>``, the hash covering the sources, the headers it can
-include, the torch version and the Python version, so worktrees and versions never share a stale
-build.
+The extensions are compiled by ``pip install`` (wheel or editable), never at import. They link
+against libtorch, whose C++ ABI changes between minor releases, so the build records the torch it
+was built against (``neuron_lab/_native_build.json``); loading checks it against the running
+torch, and any failure (a missing file, an unresolved symbol, another torch) raises
+``NativeLibraryError`` (an ``ImportError``) naming the cause and the fix. In a checkout whose C++
+sources changed since the last build, loading warns once and names the rebuild command.
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
-import threading
+import importlib
+import json
+import warnings
 from pathlib import Path
 
 import torch
 
 CSRC = Path(__file__).with_name("csrc")
-_lock = threading.Lock()
-_modules: dict = {}                  # csrc directory -> built module
-_errors: dict = {}                   # csrc directory -> the build's exception
+PACKAGE = Path(__file__).resolve().parent.parent
+BUILD_INFO = PACKAGE / "_native_build.json"
+DEVICE_MODULE = "neuron_lab.device._device_ext"
+
+REBUILD = ("reinstall neuron_lab against the installed torch: `pip install --no-build-isolation "
+           "--force-reinstall --no-deps neuron_lab` (in a checkout: `pip install "
+           "--no-build-isolation -e .`, which scripts/setup.sh runs)")
 
 
-def _sources(csrc: Path) -> list[Path]:
-    return sorted(csrc.glob("*.cpp"))
+class NativeLibraryError(ImportError):
+    """neuron_lab's compiled extension cannot be loaded into this process."""
 
 
-def _entry(sources: list[Path]) -> str:
-    names = [p.stem for p in sources]
-    decls = "".join(f"void init_{n}(pybind11::module_&);\n" for n in names)
-    calls = "".join(f"  neuron_lab::init_{n}(m);\n" for n in names)
-    return ("#include <pybind11/pybind11.h>\n"
-            f"namespace neuron_lab {{\n{decls}}}\n"
-            f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{calls}}}\n")
+_modules: dict[str, object] = {}
+_checked = False
 
 
-def _key(files: list[Path], entry: str) -> str:
+def _minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
+
+
+def build_info() -> dict | None:
+    """What the build recorded (torch, python, sources digest, modules), or None if absent."""
+    try:
+        return json.loads(BUILD_INFO.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _sources_digest() -> str | None:
+    """``hatch_build.sources_digest`` recomputed, when the sources are here (a checkout; a wheel
+    ships no C++): each extension's sources, then the headers on its include path."""
+    dev, rt = CSRC, PACKAGE / "runtime" / "csrc"
+    if not (dev.is_dir() and rt.is_dir()):
+        return None
+    files = [*sorted(dev.glob("*.cpp")), *sorted(dev.glob("*.h")),
+             *sorted(rt.glob("*.cpp")), *sorted([*rt.glob("*.h"), *dev.glob("*.h")])]
     h = hashlib.sha256()
     for p in files:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    h.update(entry.encode() + torch.__version__.encode() + sys.version.encode())
+        h.update(p.relative_to(PACKAGE.parent).as_posix().encode() + b"\0" + p.read_bytes()
+                 + b"\0")
     return h.hexdigest()[:16]
 
 
-def _ninja_on_path() -> None:
-    """The ``ninja`` wheel puts its binary next to the venv's Python, which is not on PATH when
-    the venv's interpreter is run without activating it."""
+def _check_build() -> None:
+    """Raise if the build is missing or for another torch; warn if its sources changed."""
+    global _checked
+    if _checked:
+        return
+    info = build_info()
+    if info is None:
+        raise NativeLibraryError(
+            f"neuron_lab: the compiled extension is missing ({BUILD_INFO.name} not found in "
+            f"{PACKAGE}): the package was not built. Fix: {REBUILD}.")
+    if _minor(info["torch"]) != _minor(torch.__version__):
+        raise NativeLibraryError(
+            f"neuron_lab: the compiled extension was built for torch {info['torch']}, and this "
+            f"process runs torch {torch.__version__} (the C++ ABI differs between minor "
+            f"releases). Fix: {REBUILD}.")
+    digest = _sources_digest()
+    if digest is not None and digest != info.get("sources"):
+        warnings.warn(
+            "neuron_lab: the C++ sources under neuron_lab/*/csrc changed since the compiled "
+            "extension was built, which still runs the old code; rebuild with `pip install "
+            "--no-build-isolation -e .`", RuntimeWarning, stacklevel=3)
+    _checked = True
+
+
+def extension(module: str):
+    """The compiled extension ``module`` (imported once), or ``NativeLibraryError``."""
+    mod = _modules.get(module)
+    if mod is not None:
+        return mod
+    _check_build()
     try:
-        import ninja
-        bindir = ninja.BIN_DIR
-    except (ImportError, AttributeError):
-        bindir = os.path.dirname(sys.executable)
-    path = os.environ.get("PATH", "")
-    if bindir not in path.split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + path
+        mod = importlib.import_module(module)
+    except ImportError as e:       # a missing file, an unresolved symbol (another libtorch)
+        raise NativeLibraryError(
+            f"neuron_lab: the compiled extension {module} cannot be loaded: {e}. Fix: "
+            f"{REBUILD}.") from e
+    _modules[module] = mod
+    return mod
 
 
 def load():
-    """The device's extension module (built on first use, then loaded from the cache)."""
-    return build("neuron_lab_native", CSRC)
-
-
-def build(name: str, csrc: Path, includes: tuple[Path, ...] = ()):
-    """The extension built from ``csrc/*.cpp`` (on first use; then from the cache). ``name``
-    prefixes the module's name, which also carries the hash of the sources and of the headers
-    of ``csrc`` and ``includes`` (directories on the include path: the device's ``csrc``
-    holds headers other extensions share)."""
-    mod = _modules.get(csrc)
-    if mod is not None:
-        return mod
-    with _lock:
-        mod = _modules.get(csrc)
-        if mod is not None:
-            return mod
-        err = _errors.get(csrc)
-        if err is not None:
-            raise RuntimeError(f"neuron: the native extension {name} failed to build earlier: {err}")
-        from torch.utils import cpp_extension
-        dirs = [csrc, *includes]
-        sources = _sources(csrc)
-        entry = _entry(sources)
-        key = _key(sources + sorted(h for d in dirs for h in d.glob("*.h")), entry)
-        out = Path(os.path.expanduser("~")) / ".cache" / "neuron_lab" / "native" / key
-        out.mkdir(parents=True, exist_ok=True)
-        main = out / "neuron_lab_module.cpp"
-        if not main.exists() or main.read_text() != entry:
-            main.write_text(entry)
-        _ninja_on_path()
-        try:
-            mod = cpp_extension.load(
-                name=f"{name}_{key}", sources=[str(main)] + [str(p) for p in sources],
-                build_directory=str(out), extra_cflags=["-O2"],
-                extra_include_paths=[str(d) for d in dirs], verbose=False)
-        except Exception as e:          # a missing compiler: say so once, clearly
-            _errors[csrc] = e
-            raise RuntimeError(
-                f"neuron: building the native extension {name} "
-                f"({', '.join(p.name for p in sources)}) in {out} failed: {e}. It needs a C++ "
-                f"compiler (g++) and ninja (pip install ninja); scripts/setup.sh installs "
-                f"both.") from e
-        _modules[csrc] = mod
-        return mod
+    """The device's extension module."""
+    return extension(DEVICE_MODULE)

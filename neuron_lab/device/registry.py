@@ -23,18 +23,8 @@ from .opinfo import facts, overload
 
 _registered = False
 _libs: list = []
-_native = None          # the native extension, when built: the generic kernel is its ``kernel``
-
-
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    def is_available(self) -> bool:
-        return True
-
-    def has_primary_context(self, dev_id) -> bool:
-        return True
-
-    def is_built(self) -> bool:
-        return True
+_native = None          # the native extension (device/native.py): the generic kernel is its
+                        # ``kernel``
 
 
 class _Guard(torch._C._acc.DeviceGuard):
@@ -280,15 +270,13 @@ def register() -> None:
     # _setup_privateuseone_for_python_backend's steps, with C++ hooks where they can be built
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
-    if hooks.install():       # pinned memory and generators need the C++ hooks
-        from . import memory, native, shell
-        ext = _native = native.load()
-        shell.use_native(ext)               # storages get their host buffer's address
-        if executor.host_device().type == "cpu":
-            memory.use_native(ext)          # and are counted in their own DataPtr
-        kernels.use_native(ext)             # the eager path's short cut in C
-    else:
-        torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    from . import memory, native, shell
+    ext = _native = native.load()       # NativeLibraryError (an ImportError) names the fix
+    hooks.install(ext)                  # pinned memory and generators need the C++ hooks
+    shell.use_native(ext)               # storages get their host buffer's address
+    if executor.host_device().type == "cpu":
+        memory.use_native(ext)          # and are counted in their own DataPtr
+    kernels.use_native(ext)             # the eager path's short cut in C
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     streams.install()       # the C++ guard: streams and events (after the Python one)
     direct = None

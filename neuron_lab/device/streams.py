@@ -14,8 +14,6 @@ stream means on the emulated device (docs/device-contract.md):
   ``elapsed_time`` is the host time between two markers, i.e. the time the device took for the
   work issued between them (a flush is also a boundary for the adaptive runtime);
 - ``Stream.synchronize``/``query`` and ``torch.neuron.synchronize`` run everything queued.
-
-Without the native extension (no C++ compiler) the device works but these raise, naming why.
 """
 from __future__ import annotations
 
@@ -33,11 +31,7 @@ def flush(reason: str) -> None:
 
 def _native_guard():
     from . import native
-    try:
-        return native.load()
-    except RuntimeError as e:
-        raise RuntimeError(f"neuron: streams and events need the device's native guard, which "
-                           f"is not available: {e}") from e
+    return native.load()
 
 
 class _OnNeuron(type):

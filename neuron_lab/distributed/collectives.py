@@ -214,12 +214,9 @@ def register() -> None:
     global _raising_work
     if _libs:
         return
-    try:
-        from ..device import native
-        native.load()
-        _raising_work = torch.ops.neuron_lab_c10d.work_from_future
-    except (RuntimeError, AttributeError):
-        _raising_work = None     # without the native module: PyTorch's (errors only on futures)
+    from ..device import native
+    native.load()                # registers neuron_lab_c10d (csrc/c10d_work.cpp)
+    _raising_work = torch.ops.neuron_lab_c10d.work_from_future
     lib = torch.library.Library("c10d", "IMPL")
     with warnings.catch_warnings():   # "Overriding a previously registered kernel": intended
         warnings.simplefilter("ignore")

@@ -13,7 +13,7 @@ defers ops whose outputs are all new (several, a list, none: ``Engine._defer``'s
 other case (a segment's first op, a divergence, a region's end, an op returning the caller's
 tensor, an op that is not always queueable) calls the Python engine, under its lock as
 before; in eager mode an op goes to the device's ``kernels.execute``.
-``NEURON_LAB_NATIVE_DEFER=0`` (or a build without a C++ compiler) keeps the whole path in
+``NEURON_LAB_NATIVE_DEFER=0`` keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
 """
