@@ -63,7 +63,21 @@ def metrics_report() -> str:
     return _report()
 
 
-def cost_model(chip: str = "trn2"):
+def set_chip(chip: str) -> None:
+    """Choose the modelled Trainium chip, "trn2" or "trn3", before the device is first used
+    (env: NEURON_LAB_CHIP). Device properties, HBM capacity, the cost model and the panel
+    follow it; a different chip after first use raises, naming the fix."""
+    from .device.chips import set_chip as _set_chip
+    _set_chip(chip)
+
+
+def get_chip() -> str:
+    """The modelled chip this process runs as ("trn2" or "trn3")."""
+    from .device.chips import current as _current
+    return _current().key
+
+
+def cost_model(chip: str | None = None):
     """The modelled Trainium chip ("trn2" or "trn3"): ``.params`` (HBM bytes and bandwidth,
     peak FLOP/s per dtype, per-launch overhead, collective latency, their sources and which are
     assumptions) and ``launch_s(cost)``, the roofline. A model, not a measurement."""
@@ -71,14 +85,14 @@ def cost_model(chip: str = "trn2"):
     return _cost_model(chip)
 
 
-def estimate(fn, *args, chip: str = "trn2", **kwargs) -> dict:
+def estimate(fn, *args, chip: str | None = None, **kwargs) -> dict:
     """Run ``fn(*args)`` once in eager and once in adaptive mode; per mode: launches,
     modelled_s (on ``chip``), host_s, bytes, flops. Would adaptive eager help on Trainium?"""
     from .telemetry.estimate import estimate as _estimate
     return _estimate(fn, *args, chip=chip, **kwargs)
 
 
-def advise(chip: str = "trn2") -> list[dict]:
+def advise(chip: str | None = None) -> list[dict]:
     """Ranked bottlenecks from what was recorded: [{kind, where, message, fix, modelled_s,
     count}] (host syncs in loops, hot fallbacks, regions that never fuse, recompiles, memory
     near capacity, host-bound cells), costed on the modelled ``chip``."""
@@ -110,5 +124,6 @@ def unload_ipython_extension(ipython) -> None:
 
 __all__ = ["kernel", "set_mode", "get_mode", "mode", "sync", "executed_ops", "fallback_ops",
            "clear_op_tracking", "metrics", "metrics_report", "set_fallback", "get_fallback",
+           "set_chip", "get_chip",
            "profile", "cost_model", "estimate", "advise", "dashboard", "load_ipython_extension",
            "unload_ipython_extension"]

@@ -131,6 +131,8 @@ export interface IHelloMsg extends IEnvelope<'hello'> {
   mode: string;
   capacity: number;
   push_hz: number;
+  /** the modelled chip, e.g. "Trainium3" (NEURON_LAB_CHIP); absent from older kernels */
+  chip?: string;
 }
 
 export interface ISnapshotMsg extends IEnvelope<'snapshot'> {

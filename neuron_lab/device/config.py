@@ -162,7 +162,11 @@ FALLBACK = Knob("NEURON_LAB_FALLBACK", "host", str, choices=("host", "warn", "er
 EXECUTOR = Knob("NEURON_LAB_EXECUTOR", "cpu", str, choices=("cpu", "cuda"),
                 doc="host executor that holds the emulated device's data")
 HBM_GB = Knob("NEURON_LAB_HBM_GB", 0.0, float,
-              doc="modelled HBM capacity in GiB (0 = default: min(96, half of host RAM))")
+              doc="modelled HBM capacity in GiB (0 = default: min(the chip's HBM, half of "
+                  "host RAM))")
+CHIP = Knob("NEURON_LAB_CHIP", "trn2", str, choices=("trn2", "trn3"),
+            doc="the modelled Trainium chip (chips.py): device properties, HBM capacity, cost "
+                "model and panel follow it; chosen once, before the device is first used")
 DIRECT = Knob("NEURON_LAB_DIRECT", True, _bool,
               doc="run plain ops, views and pointwise in-place ops in eager mode in C++ without "
                   "entering Python (csrc/direct.cpp; read at import); 0: every op through the "

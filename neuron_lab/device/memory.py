@@ -11,8 +11,9 @@ so this module reads one.
 Reserved memory models a caching allocator: it is the high-water mark of allocated bytes rounded
 up to 2 MiB segments, released by ``empty_cache()`` back down to what is allocated.
 
-Capacity: ``NEURON_LAB_HBM_GB`` GiB, default min(96 GiB — one Trainium2 chip — , half of the host's
-RAM), so the emulation never promises more than the host can hold. An allocation that would
+Capacity: ``NEURON_LAB_HBM_GB`` GiB, default min(the chip's HBM — 96 GiB on Trainium2, 144 GiB on
+Trainium3, ``chips.py`` — , half of the host's RAM), so the emulation never promises more than
+the host can hold. An allocation that would
 exceed it raises ``torch.OutOfMemoryError`` *before* any tensor is handed out, so every existing
 tensor stays valid.
 
@@ -33,14 +34,14 @@ from typing import Any
 
 import torch
 
-from . import config, counting, events, seam
+from . import chips, config, counting, events, seam
 
 SEGMENT = counting.SEGMENT
 _counter: Any = counting.PyCounter()     # the native counter replaces it (use_native)
 _count = _counter.count_storage
 _allocated = _counter.allocated_bytes
 _ooms = 0
-_capacity: int | None = None
+_capacity: tuple[str, int] | None = None     # (chip, default capacity) for the chip last read
 
 
 def use_native(ext) -> None:
@@ -56,6 +57,7 @@ def use_native(ext) -> None:
             ext.set_direct_capacity(0)
     follow()
     config.HBM_GB.watch(follow)
+    config.CHIP.watch(follow)           # the default capacity is the chip's HBM
 
 
 def _host_ram() -> int:
@@ -66,13 +68,16 @@ def _host_ram() -> int:
 
 
 def capacity() -> int:
+    """The modelled HBM capacity: ``NEURON_LAB_HBM_GB`` GiB, else the chip's HBM (chips.py),
+    bounded by half of the host's RAM (the executor holds the data there)."""
     global _capacity
     gb = config.HBM_GB.get()
     if gb and gb > 0:
         return int(gb * (1 << 30))
-    if _capacity is None:
-        _capacity = min(96 << 30, _host_ram() // 2)
-    return _capacity
+    chip = chips.current()
+    if _capacity is None or _capacity[0] != chip.key:
+        _capacity = (chip.key, min(chip.hbm_bytes, _host_ram() // 2))
+    return _capacity[1]
 
 
 def check(requested: int, op: str) -> None:
@@ -210,7 +215,7 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
             ("Reserved memory", reserved, reserved_peak, None, None)]
     w = 75
     lines = ["=" * w,
-             f"  neuron:0 memory summary (emulated Trainium2 HBM, capacity {_fmt(cap)})".ljust(w),
+             f"  neuron:0 memory summary (emulated {chips.current().name} HBM, capacity {_fmt(cap)})".ljust(w),
              "-" * w,
              f"{'Metric':<22}|{'Cur Usage':>12} |{'Peak Usage':>12} |{'Tot Alloc':>11} |{'Tot Freed':>10}",
              "-" * w]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 
 from .. import __version__, runtime
-from ..device import executor, memory, tracking
+from ..device import chips, executor, memory, tracking
 from ..telemetry import advise, cells, metrics, store
 from ..telemetry.sampler import Sampler
 from ..telemetry.watch import ChangeWatcher
@@ -116,7 +116,7 @@ class Endpoint:
     def hello(self, hz: float | None = None) -> dict:
         return P.message(P.HELLO, neuron_lab=__version__, executor=executor.executor_name(),
                          mode=runtime.get_mode(), capacity=memory.capacity(),
-                         push_hz=self.sampler.hz if hz is None else hz)
+                         chip=chips.current().name, push_hz=self.sampler.hz if hz is None else hz)
 
     def _attach(self, comm) -> None:
         with self.lock:

@@ -9,7 +9,8 @@ protocol version). The comm target is named ``TARGET``.
 
 Kernel -> frontend
 ------------------
-``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz}
+``hello``     sent once when a comm opens: {neuron_lab, executor, mode, capacity, push_hz,
+              chip} (chip: the modelled chip's name, e.g. "Trainium3")
 ``snapshot``  the full state (answer to ``request``, at cell end, and when idle on change):
               {memory, fallbacks, cells, running, regions, counters, cell_ids, advice,
               distributed, compiled}

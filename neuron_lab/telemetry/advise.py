@@ -186,6 +186,7 @@ def _memory() -> list[Finding]:
 
 def _host_bound() -> list[Finding]:
     out = []
+    chip = cost_model().chip          # per-cell records are priced on the process's chip
     with store.lock:
         cells = list(store.cells)
     sites = store.sites()
@@ -205,7 +206,7 @@ def _host_bound() -> list[Finding]:
         out.append(Finding(
             "host-bound", where,
             f"the host spent {host * 1e3:.0f} ms outside device launches while the modelled "
-            f"trn2 time of the cell's launches is {mod * 1e3:.2f} ms: the chip would sit idle "
+            f"{chip} time of the cell's launches is {mod * 1e3:.2f} ms: the chip would sit idle "
             f"{host / (host + mod):.0%} of the time, waiting for Python between launches.",
             _HOST_BOUND_FIX, max(host - mod, 0.0), 1))
     return out
@@ -227,7 +228,7 @@ def _host_bound_stretch(model) -> list[Finding]:
     return [Finding(
         "host-bound", where,
         f"over {len(launches)} launches the host spent {host * 1e3:.0f} ms outside them while "
-        f"their modelled trn2 time is {mod.modelled_s * 1e3:.2f} ms: the chip would sit idle "
+        f"their modelled {model.chip} time is {mod.modelled_s * 1e3:.2f} ms: the chip would sit idle "
         f"{host / (host + mod.modelled_s):.0%} of the time, waiting for Python between launches.",
         _HOST_BOUND_FIX, max(host - mod.modelled_s, 0.0), len(launches))]
 
@@ -237,7 +238,7 @@ _HOST_BOUND_FIX = ("Give the device more work per launch: batch small ops into t
                    "or torch.compile the step.")
 
 
-def advise(chip: str = "trn2") -> list[dict]:
+def advise(chip: str | None = None) -> list[dict]:
     """Ranked findings from everything recorded so far (see the module docstring)."""
     model = cost_model(chip)
     with store.lock:

@@ -4,9 +4,10 @@
 ``end()`` flushes the adaptive queue (so the cell's queued work is attributed to it, and the
 re-run of a cell meets a cache boundary at the same place) and returns the deltas: wall time,
 device time (host seconds spent in launches), ops, launches, fused share, compiles, fallbacks,
-peak memory, and the modelled trn2 time of its launches (``modelled_s``: costing.py, each
-launch of a recognised region as one fused launch; None when no launch could be priced, as in
-eager mode, whose ops make no launch events; ``modelled_ops``: the ops it covers).
+peak memory, and the modelled time of its launches on the chip this process models
+(``modelled_s``: costing.py, each launch of a recognised region as one fused launch; None when
+no launch could be priced, as in eager mode, whose ops make no launch events; ``modelled_ops``:
+the ops it covers).
 ``live()`` gives the running cell's figures for the side panel.
 
 If that flush raises (queued work failed), the record is still written, with ``error`` set, the
@@ -22,9 +23,6 @@ from ..device import memory, tracking
 from .cost_model import cost_model
 from .costing import modelled_launches
 from .store import store
-
-MODEL = cost_model("trn2")      # the chip per-cell records are priced on
-
 
 def _counters() -> dict:
     rs = runtime.stats()
@@ -104,7 +102,7 @@ class CellTracker:
         with store.lock:
             launches = [ev for ev in store.launches if ev["t"] >= self.started]
         try:
-            mod = modelled_launches(launches, MODEL)
+            mod = modelled_launches(launches, cost_model())
         except Exception:                    # pricing must never cost the user their record
             mod = None
         rec = {"cell_id": cell_id, "execution_count": self.execution_count, "index": self.count,

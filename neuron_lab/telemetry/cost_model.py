@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from ..device import chips as _chips
+
 GiB = 1 << 30
 _NEURON_ARCH = ("AWS Neuron documentation, Trainium2 architecture "
                 "(awsdocs-neuron.readthedocs-hosted.com: arch/neuron-hardware/trainium2)")
@@ -53,7 +55,8 @@ _ASSUMED = {
 
 CHIPS = {
     "trn2": ChipParams(
-        chip="trn2", hbm_bytes=96 * GiB, hbm_bytes_per_s=2.9e12,
+        chip="trn2", hbm_bytes=_chips.CHIPS["trn2"].hbm_bytes,
+        hbm_bytes_per_s=_chips.CHIPS["trn2"].hbm_bytes_per_s,
         peak_flops={"bfloat16": 667e12, "float16": 667e12, "float32": 181e12,
                     "float8_e4m3fn": 1299e12, "float8_e5m2": 1299e12},
         launch_overhead_s=15e-6, collective_latency_s=10e-6,
@@ -62,7 +65,8 @@ CHIPS = {
                  "peak_flops": _NEURON_ARCH + ": 667 BF16/FP16, 181 FP32, 1299 FP8 dense TFLOP/s"},
         assumptions=dict(_ASSUMED)),
     "trn3": ChipParams(
-        chip="trn3", hbm_bytes=144 * GiB, hbm_bytes_per_s=4.9e12,
+        chip="trn3", hbm_bytes=_chips.CHIPS["trn3"].hbm_bytes,
+        hbm_bytes_per_s=_chips.CHIPS["trn3"].hbm_bytes_per_s,
         peak_flops={"bfloat16": 667e12, "float16": 667e12, "float32": 181e12,
                     "float8_e4m3fn": 1299e12, "float8_e5m2": 1299e12},
         launch_overhead_s=15e-6, collective_latency_s=10e-6,
@@ -132,8 +136,11 @@ class CostModel:
                 f"{p.launch_overhead_s * 1e6:.0f} us/launch [assumed])")
 
 
-def cost_model(chip: str = "trn2") -> CostModel:
-    """The modelled Trainium chip (``"trn2"`` or ``"trn3"``)."""
+def cost_model(chip: str | None = None) -> CostModel:
+    """The modelled Trainium chip (``"trn2"`` or ``"trn3"``; None: the chip this process models,
+    ``NEURON_LAB_CHIP`` / ``neuron_lab.set_chip``, device/chips.py)."""
+    if chip is None:
+        chip = _chips.current().key
     try:
         return CostModel(CHIPS[chip])
     except KeyError:

@@ -47,7 +47,7 @@ export function renderHeader(state: IState, label: string, actions: IHeaderActio
       ? h(
           'div',
           { class: 'jp-NeuronLab-sub', data: { nl: 'hello' } },
-          `neuron:0 on ${hello.executor} · ${hello.mode} · ${hello.push_hz} Hz · neuron_lab ${hello.neuron_lab}`
+          `neuron:0 ${hello.chip ?? 'Trainium2'} on ${hello.executor} · ${hello.mode} · ${hello.push_hz} Hz · neuron_lab ${hello.neuron_lab}`
         )
       : null,
     renderRank(state),
