@@ -6,12 +6,11 @@
 // while C++ holds references besides the object's own ("PyObject preservation",
 // c10/util/intrusive_ptr.h): the handle's release takes the count from 2 to 1, which decrefs
 // the Python object, which needs the GIL. On the device's thread (launch_queue.py) that meant
-// waiting for the host's Python, input after input: W6's AdamW program (142 calls, 0.7-0.9 ms
-// of CPU) took 2.3-2.7 ms beside the host (perf sched_switch stacks of the device's thread:
-// take_gil <- ConcretePyInterpreterVTable::decref <- TensorImpl::decref_pyobject); held, 0.8-1.0
-// ms, and the step makes ~13 fewer thread switches (34 -> 21). Held here, the handle's release
-// goes from 3 to 2 and touches no Python object; the holds drop after the call, with the GIL
-// taken back, where the decrefs cost nothing. Memory is unchanged: the caller's list of inputs
+// waiting for the host's Python, input after input: a program of many small kernels took
+// several times its CPU time beside the host (perf sched_switch stacks of the device's thread:
+// take_gil <- ConcretePyInterpreterVTable::decref <- TensorImpl::decref_pyobject). Held here,
+// the handle's release goes from 3 to 2 and touches no Python object; the holds drop after the
+// call, with the GIL taken back, where the decrefs cost nothing. Memory is unchanged: the caller's list of inputs
 // keeps every input alive to the end of the call anyway.
 #include <torch/csrc/autograd/python_variable.h>
 

@@ -21,8 +21,8 @@
 // For the runtime's other C files (records.h): ``host_of`` (a tensor's cached host view) and
 // ``set_producer`` (the one place a producer entry is made).
 //
-// In a captured step these were ~5 us of Python per op (flatten, out_meta, structure_of, the
-// record, two producer entries); in a launch, ~30 us for W1's 64 ops (docs/performance.md).
+// In Python these were microseconds per op (flatten, out_meta, structure_of, the record, two
+// producer entries) on every captured op and on every launch (docs/performance.md).
 #include <ATen/ops/empty.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -313,7 +313,7 @@ PyObject* scalar_values(PyObject*, PyObject* const* argv, Py_ssize_t n) {
 }
 
 // packed_scalars(scalars, records): the same floats as a float64 host tensor, written in place
-// (torch.tensor of a 42-float list took ~17 us of W1's ~200 us launch)
+// (torch.tensor of a Python list costs a Python call per float, on every launch)
 PyObject* packed_scalars(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 2 || !PyList_Check(argv[1])) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: packed_scalars(scalars, records: list)");

@@ -12,10 +12,9 @@
 // An op that raises gets ``neuron_lab_failed = (index, record)`` on its exception, as the
 // Python loop sets it (the engine names the op and the user's line). An op's host outputs are
 // let go once the last op reading them (a Ref) has run, as eager lets an intermediate go
-// (holding all of them to the end kept a region's every intermediate alive at once: W3's
-// 37-op region ran 6-30 us over a Python loop calling the same ops, -7 to +3 us now). Per op
-// the Python loop spent ~2 us resolving arguments, flattening outputs and checking liveness
-// around the op's own ~1.5 us (docs/performance.md).
+// (holding all of them to the end would keep a region's every intermediate alive at once).
+// This loop is the Python loop's twin: per op that one spent longer resolving arguments,
+// flattening outputs and checking liveness than the op itself runs (docs/performance.md).
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <vector>

@@ -5,10 +5,10 @@
 // its young-collection threshold (700) until it is freed, untracked or not: the two weakrefs of
 // each deferred op live until the region launches, and were 2 of the ~3.6 counted allocations a
 // deferred op holds (a 200-op chain). A ``WeakRef`` here is a plain object holding c10's weak
-// pointer to the TensorImpl or StorageImpl, which the collector never counts or sees: W6 runs
-// 1.83 young collections a step instead of 2.75 (the deferral's time is unchanged: 100-op chains
-// 2.13-2.17 us an op either way). It is called like a weakref (``w()``: the object, or None once
-// it died; the Python engine's code reads both kinds) and answers by locking the pointer. A live
+// pointer to the TensorImpl or StorageImpl, which the collector never counts or sees, so a
+// training step triggers fewer young collections at the same deferral cost. It is called like
+// a weakref (``w()``: the object, or None once it died; the Python engine's code reads both
+// kinds) and answers by locking the pointer. A live
 // TensorImpl or StorageImpl keeps its one Python object alive (PyTorch's PyObject preservation),
 // so "the impl is alive" is "the object is alive", as for a weakref; the object's address is
 // kept for identity tests (``weak_is``: equal address and a live impl, as a weakref's ``is``).
