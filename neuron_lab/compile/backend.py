@@ -28,7 +28,7 @@ import warnings
 import torch
 
 from ..device import config
-from . import bridge, hostgraph, records
+from . import bridge, device_interface, flex_attention, hostgraph, records
 
 
 def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -42,6 +42,7 @@ def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     if not any(on_device) and not hostgraph.touches_neuron(gm, example_inputs):
         return compile_fx_inner(gm, example_inputs, **kwargs)   # a host graph: inductor's own
     fake_mode = detect_fake_mode(example_inputs)
+    flex_attention.replace_hops(gm)          # the device's FlexAttention kernels
     hostgraph.rewrite_devices(gm)
     host_inputs = hostgraph.host_example_inputs(example_inputs, fake_mode)
     hostgraph.refresh_meta(gm, host_inputs, fake_mode)
@@ -66,6 +67,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
+    device_interface.register_codegen()
     try:
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs, inner_compile=_inner_compile,
