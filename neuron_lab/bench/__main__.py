@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import WORKLOADS
     from .peers import ORDER
     ap = argparse.ArgumentParser(prog="python -m neuron_lab.bench", description=__doc__.split("\n\n")[1])
-    ap.add_argument("--quick", action="store_true", help="fewer, shorter samples (< 3 min on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter samples (a few minutes per budget on 2 cores)")
     ap.add_argument("--json", metavar="FILE", help="write every sample, median, ratio and machine info")
     ap.add_argument("--plot", metavar="FILE.png", help="bar chart per workload metric")
     ap.add_argument("--only", metavar="W1,W2", help=f"workloads to run (of {','.join(WORKLOADS)})")

@@ -24,7 +24,7 @@ the steady samples (``harness.Fresh``); one for torch.compile and torch._lazy (t
 compile caches make a second fresh model cheaper than a first), the first step of the run below;
 ``total_s`` — from the same start until step N's loss is on the host (N = 200, 10 with
 ``--quick``), compiles included (torch.compile's happen inside the first step; the adaptive
-runtime's in a background thread that competes for the same 2 cores); that is a single
+runtime's in a background thread that competes for the budget's cores); that is a single
 measurement, so it carries one sample. A peer still short of N
 steps after ``cfg.fresh_budget_s`` (120 s; torch._lazy re-traces every step) stops there and
 the rest is extrapolated from its mean step time after the first; the JSON's ``fresh_run``
