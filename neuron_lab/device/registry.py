@@ -267,11 +267,12 @@ def register() -> None:
     if existing is not None and existing is not module:
         raise RuntimeError("neuron_lab: another 'neuron' backend (torch-neuronx?) is registered; "
                            "use one or the other in a process")
-    # _setup_privateuseone_for_python_backend's steps, with C++ hooks where they can be built
+    from . import memory, native, shell
+    # first, so that a library that cannot load leaves nothing half registered
+    ext = _native = native.load()       # NativeLibraryError (an ImportError) names the fix
+    # _setup_privateuseone_for_python_backend's steps, with the C++ hooks
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
-    from . import memory, native, shell
-    ext = _native = native.load()       # NativeLibraryError (an ImportError) names the fix
     hooks.install(ext)                  # pinned memory and generators need the C++ hooks
     shell.use_native(ext)               # storages get their host buffer's address
     if executor.host_device().type == "cpu":
@@ -280,7 +281,7 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     streams.install()       # the C++ guard: streams and events (after the Python one)
     direct = None
-    if _native is not None and config.DIRECT.get() and executor.host_device().type == "cpu":
+    if config.DIRECT.get() and executor.host_device().type == "cpu":
         direct = _native           # eager ops in C++ (their outputs counted by the native counter)
         shell_storage = torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage()
         direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), shell_storage)
