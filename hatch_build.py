@@ -18,7 +18,7 @@ hash of the sources go to ``neuron_lab/_native_build.json``, which the loader
 (``neuron_lab/device/native.py``) checks at import to name a mismatch and its fix.
 
 Compilation goes through PyTorch's ``BuildExtension`` (ninja, ``MAX_JOBS`` workers) with its
-object files under ``build/native/<python>-torch<version>/``, so an in-place rebuild
+object files under ``build/native/<python>-torch<version>-<environment>/``, so an in-place rebuild
 (``pip install --no-build-isolation -e .`` after editing a ``.cpp``) recompiles only what changed.
 Progress is printed per extension (``pip install -v`` shows it).
 """
@@ -111,7 +111,9 @@ def build_extensions(out: Path, log=print) -> list[Path]:
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 
     _ninja_on_path()
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}"
+    # keyed by environment: two venvs (different torch include paths) never share object files
+    env = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}-{env}"
     temp = ROOT / "build" / "native" / tag
     temp.mkdir(parents=True, exist_ok=True)
     built = []
