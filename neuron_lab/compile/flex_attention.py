@@ -85,6 +85,16 @@ def _host(t: Tensor) -> Tensor:
     return t
 
 
+def _host_mod(mod):
+    """``mod`` with its ``device=neuron`` arguments and constants on the host (a graph traced
+    on ``neuron`` tensors, e.g. ``noop_mask``'s ``new_ones(device=b.device)``), once."""
+    if isinstance(mod, torch.fx.GraphModule) and not getattr(mod, "_neuron_lab_host", False):
+        from . import hostgraph
+        hostgraph.rewrite_devices(mod)
+        mod._neuron_lab_host = True
+    return mod
+
+
 def register_mods(score_mod: Callable, mask_mod: Callable | None) -> int:
     """The number kernel calls use for this (score_mod, mask_mod) pair."""
     key = (_fingerprint(score_mod) * 1_000_003 + (_fingerprint(mask_mod) if mask_mod else 0)) \
@@ -205,7 +215,7 @@ def _tensors(bufs, what: str) -> list:
 def _hop_forward(query, key, value, score_mod, block_mask, scale, kernel_options,
                  score_mod_other_buffers=(), mask_mod_other_buffers=()):
     kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, mask_mod = _mask_parts(block_mask)
-    mods = register_mods(score_mod, mask_mod)
+    mods = register_mods(_host_mod(score_mod), _host_mod(mask_mod))
     return tuple(torch.ops.neuron_lab.flex_fwd(
         query, key, value, kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, scale, mods,
         _tensors(score_mod_other_buffers, "score_mod"),
@@ -216,7 +226,7 @@ def _hop_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, f
                   joint_graph, block_mask, scale, kernel_options, score_mod_other_buffers=(),
                   mask_mod_other_buffers=()):
     kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, mask_mod = _mask_parts(block_mask)
-    mods = register_mods(fw_graph, mask_mod)
+    mods = register_mods(_host_mod(fw_graph), _host_mod(mask_mod))
     flags = [isinstance(b, Tensor) and b.requires_grad for b in score_mod_other_buffers]
     gq, gk, gv, gb = torch.ops.neuron_lab.flex_bwd(
         query, key, value, grad_out, grad_logsumexp, kv_num, kv_idx, full_num, full_idx,
@@ -250,11 +260,6 @@ def _attr(gm: torch.fx.GraphModule, node):
     return obj
 
 
-def _host_mod(mod):
-    if isinstance(mod, torch.fx.GraphModule):
-        from . import hostgraph
-        hostgraph.rewrite_devices(mod)
-    return mod
 
 
 def replace_hops(gm: torch.fx.GraphModule) -> int:

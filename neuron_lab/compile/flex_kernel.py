@@ -99,6 +99,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bl: Blocks, score_mod: Callable,
     Bkv, Hkv, S, Ev = v.shape
     G = Hq // Hkv
     dev = q.device
+    # a block longer than the sequence is one block (no mask: FlexAttention's 2**30 "blocks")
+    bl = bl._replace(q_bs=min(bl.q_bs, L), kv_bs=min(bl.kv_bs, S))
     wp = torch.float64 if q.dtype == torch.float64 else torch.float32
     n_q = -(-L // bl.q_bs)
     n_kv = -(-S // bl.kv_bs)

@@ -65,7 +65,7 @@ def touches_neuron(gm: torch.fx.GraphModule, example_inputs) -> bool:
             if _val_on_neuron(node.meta.get("val")) or _val_on_neuron(
                     node.meta.get("example_value")):
                 return True
-            if node.op == "call_function":
+            if node.op in ("call_function", "call_method"):
                 map_aggregate((node.args, node.kwargs),
                               lambda a: found.append(a) if _is_neuron_device(a) else None)
                 if found:
@@ -86,7 +86,7 @@ def rewrite_devices(gm: torch.fx.GraphModule) -> int:
 def _rewrite_one(gm: torch.fx.GraphModule, dev) -> int:
     changed = 0
     for node in gm.graph.nodes:
-        if node.op == "call_function":
+        if node.op in ("call_function", "call_method"):   # dynamo's graphs: x.new_ones(device=)
             new_args = map_aggregate(node.args, _host_arg)
             new_kwargs = map_aggregate(node.kwargs, _host_arg)
             if new_args != node.args or new_kwargs != node.kwargs:

@@ -109,8 +109,16 @@ def test_flex_attention_with_a_causal_score_mod_matches():
     assert snap["programs"] == 1 and snap["graph_breaks"] == 0 and snap["failures"] == 0, snap
 
 
-def test_flex_attention_backward_is_refused_on_the_cpu_executor():
-    from torch.nn.attention.flex_attention import flex_attention
-    q = torch.randn(1, 1, 8, 8).to("neuron").requires_grad_()
-    with pytest.raises(NotImplementedError, match="backward on neuron with the CPU host executor"):
-        flex_attention(q, q.detach(), q.detach(), score_mod=_causal)
+def test_flex_attention_backward_runs_on_the_device_kernel():
+    """Issue 43: the device provides the backward the CPU executor lacks
+    (tests/compile/test_flex_device.py covers the matrix)."""
+    from torch._higher_order_ops.flex_attention import math_attention
+    from torch.nn.attention.flex_attention import flex_attention, noop_mask
+    q = torch.randn(1, 1, 8, 8, generator=torch.Generator().manual_seed(4))
+    qn = q.to("neuron").requires_grad_()
+    flex_attention(qn, qn.detach(), qn.detach(), score_mod=_causal).sum().backward()
+    qc = q.clone().requires_grad_()
+    ref = math_attention(qc, q, q, _causal, (8, 8, *[None] * 12, 8, 8, noop_mask),
+                         8 ** -0.5, {})[0]
+    ref.sum().backward()
+    torch.testing.assert_close(qn.grad.cpu(), qc.grad, rtol=1e-5, atol=1e-5)
