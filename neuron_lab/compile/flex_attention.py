@@ -202,14 +202,27 @@ def _mask_parts(block_mask: tuple):
             block_mask[-2], block_mask[-1])
 
 
-def _tensors(bufs, what: str) -> list:
+def _tensors(bufs, what: str, like: Tensor) -> list:
+    """The captured values as tensors: an int/float/bool (a decoding offset, a length) becomes a
+    0-d tensor on ``like``'s device, which the mod's ops take as they take the number."""
+    out = []
     for b in bufs:
-        if not isinstance(b, Tensor):
+        if isinstance(b, Tensor):
+            out.append(b)
+        elif isinstance(b, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            out.append(torch.scalar_tensor(b, dtype=_scalar_dtype(b), device=like.device))
+        else:
             raise NotImplementedError(
-                f"FlexAttention on neuron: a {what} captures a non-tensor value "
-                f"({type(b).__name__}); the device kernel takes tensors only. Fix: make it a "
-                "constant of the function or a tensor.")
-    return list(bufs)
+                f"FlexAttention on neuron: a {what} captures a {type(b).__name__}; the device "
+                "kernel takes tensors and numbers. Fix: make it a constant of the function or "
+                "a tensor.")
+    return out
+
+
+def _scalar_dtype(b) -> torch.dtype:
+    if isinstance(b, (bool, torch.SymBool)):
+        return torch.bool
+    return torch.int64 if isinstance(b, (int, torch.SymInt)) else torch.float32
 
 
 def _hop_forward(query, key, value, score_mod, block_mask, scale, kernel_options,
@@ -218,8 +231,8 @@ def _hop_forward(query, key, value, score_mod, block_mask, scale, kernel_options
     mods = register_mods(_host_mod(score_mod), _host_mod(mask_mod))
     return tuple(torch.ops.neuron_lab.flex_fwd(
         query, key, value, kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, scale, mods,
-        _tensors(score_mod_other_buffers, "score_mod"),
-        _tensors(mask_mod_other_buffers, "mask_mod")))
+        _tensors(score_mod_other_buffers, "score_mod", query),
+        _tensors(mask_mod_other_buffers, "mask_mod", query)))
 
 
 def _hop_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph,
@@ -230,8 +243,8 @@ def _hop_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, f
     flags = [isinstance(b, Tensor) and b.requires_grad for b in score_mod_other_buffers]
     gq, gk, gv, gb = torch.ops.neuron_lab.flex_bwd(
         query, key, value, grad_out, grad_logsumexp, kv_num, kv_idx, full_num, full_idx,
-        q_bs, kv_bs, scale, mods, _tensors(score_mod_other_buffers, "score_mod"),
-        _tensors(mask_mod_other_buffers, "mask_mod"), flags)
+        q_bs, kv_bs, scale, mods, _tensors(score_mod_other_buffers, "score_mod", query),
+        _tensors(mask_mod_other_buffers, "mask_mod", query), flags)
     it = iter(gb)
     return gq, gk, gv, tuple(next(it) if f else None for f in flags)
 
@@ -262,6 +275,20 @@ def _attr(gm: torch.fx.GraphModule, node):
 
 
 
+def _graph_tensors(g: torch.fx.Graph, bufs: list, before) -> list:
+    """Buffer arguments of a HOP node as tensor nodes (a SymInt/int becomes ``scalar_tensor``)."""
+    out = []
+    for b in bufs:
+        v = b.meta.get("val") if isinstance(b, torch.fx.Node) else b
+        if isinstance(v, Tensor):
+            out.append(b)
+            continue
+        with g.inserting_before(before):
+            out.append(g.call_function(torch.ops.aten.scalar_tensor.default, (b,),
+                                       {"dtype": _scalar_dtype(v)}))
+    return out
+
+
 def replace_hops(gm: torch.fx.GraphModule) -> int:
     """Replace each ``flex_attention`` / ``flex_attention_backward`` node of a post-grad graph
     on ``neuron`` by the device's kernel; returns how many were replaced."""
@@ -275,6 +302,7 @@ def replace_hops(gm: torch.fx.GraphModule) -> int:
         if node.target is fwd_hop:
             q, k, v, score_node, bm, scale, _opts, *rest = node.args
             sbufs, mbufs = (list(rest[0]) if rest else []), (list(rest[1]) if len(rest) > 1 else [])
+            sbufs, mbufs = _graph_tensors(g, sbufs, node), _graph_tensors(g, mbufs, node)
             kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, mask_node = _mask_parts(bm)
             mods = register_mods(_host_mod(_attr(gm, score_node)), _host_mod(_attr(gm, mask_node)))
             with g.inserting_before(node):
@@ -287,6 +315,7 @@ def replace_hops(gm: torch.fx.GraphModule) -> int:
             (q, k, v, _out, _lse, grad_out, grad_lse, fw_node, _joint, bm, scale, _opts,
              *rest) = node.args
             sbufs, mbufs = (list(rest[0]) if rest else []), (list(rest[1]) if len(rest) > 1 else [])
+            sbufs, mbufs = _graph_tensors(g, sbufs, node), _graph_tensors(g, mbufs, node)
             kv_num, kv_idx, full_num, full_idx, q_bs, kv_bs, mask_node = _mask_parts(bm)
             mods = register_mods(_host_mod(_attr(gm, fw_node)), _host_mod(_attr(gm, mask_node)))
             val = node.meta.get("val")
