@@ -39,7 +39,7 @@ _mods: dict[int, tuple[Callable, Callable | None]] = {}
 _lock = threading.Lock()
 _stats = {"launches": 0, "backward_launches": 0, "blocks_computed": 0, "blocks_needed": 0,
           "blocks_total": 0, "last": None}
-# blocks computed / dense grid, by the shapes of the last launch that had them (cost model)
+# blocks computed / dense grid of the last launch with these shapes and mods (cost model)
 _fraction: dict[tuple, float] = {}
 # The dispatch state of plain Python code. A kernel body may be entered with most keys
 # excluded (an extern call in a compiled program runs below autograd, with functorch's keys
@@ -126,7 +126,7 @@ def _strided_like(x: Tensor, like_strides) -> Tensor:
     return _permute_strides(x.contiguous(), like_strides)
 
 
-def _record(q: Tensor, kv_num: Tensor, backward: bool) -> None:
+def _record(q: Tensor, kv_num: Tensor, mods: int, backward: bool) -> None:
     launch = flex_kernel.last_launch()
     if launch is None:
         return
@@ -137,7 +137,8 @@ def _record(q: Tensor, kv_num: Tensor, backward: bool) -> None:
             _stats["blocks_needed"] += launch.needed
             _stats["blocks_total"] += launch.total
             _stats["last"] = launch._asdict()
-            _fraction[(tuple(q.shape), tuple(kv_num.shape))] = launch.computed / max(launch.total, 1)
+            _fraction[(tuple(q.shape), tuple(kv_num.shape), mods)] = \
+                launch.computed / max(launch.total, 1)
 
 
 @kernel("neuron_lab::flex_fwd", mutates_args=())
@@ -151,7 +152,7 @@ def flex_fwd(q: Tensor, k: Tensor, v: Tensor, kv_num: Tensor, kv_idx: Tensor,
     with _plain_dispatch(), torch.no_grad():
         out, lse, mx = flex_kernel.forward(q, k, v, bl, score_mod, mask_mod, scale,
                                            score_bufs, mask_bufs)
-    _record(q, kv_num, backward=False)
+    _record(q, kv_num, mods, backward=False)
     return _strided_like(out, q.stride()), lse.contiguous(), mx.contiguous()
 
 
@@ -368,17 +369,31 @@ def reset_stats() -> None:
 _OPS = ("flex_fwd", "flex_bwd")
 
 
-def modelled_flops(op, args, kwargs, outs) -> float | None:
-    """FLOPs of a FlexAttention kernel call for the cost model (``None`` for any other op):
-    the dense attention's 2·B·H·L·S·(E+Ev) (backward 2.5×), scaled by the fraction of blocks
-    the last launch with these shapes computed — skipped blocks cost nothing."""
+def modelled_cost(op, args, kwargs, outs) -> tuple[int, float] | None:
+    """(HBM bytes, FLOPs) of a FlexAttention kernel call for the cost model (``None`` for any
+    other op), scaled by the fraction of blocks the last launch with these shapes and mods
+    computed —
+    skipped blocks cost nothing. FLOPs: the dense 2·B·H·L·S·(E+Ev). Bytes: q and out once,
+    the log-sum-exp and max, and each computed block's K and V once per query block, as a
+    flash kernel streams them. The backward counts 2.5× both (recompute, dS, dQ/dK/dV)."""
     name = getattr(getattr(op, "_schema", None), "name", "")
     if not name.startswith("neuron_lab::") or name.split("::", 1)[1] not in _OPS:
         return None
-    q, k, v = args[0], args[1], args[2]
+    try:
+        return _cost(name.endswith("bwd"), args)
+    except Exception:          # noqa: BLE001 - arguments in a form we do not price
+        return None
+
+
+def _cost(bwd: bool, args) -> tuple[int, float]:
+    q, v = args[0], args[2]
     B, H, L, E = q.shape
     S, Ev = v.shape[-2], v.shape[-1]
-    dense = 2.0 * B * H * L * S * (E + Ev)
-    kv_num = args[5] if name.endswith("bwd") else args[3]
-    frac = _fraction.get((tuple(q.shape), tuple(getattr(kv_num, "shape", ()))), 1.0)
-    return dense * frac * (2.5 if name.endswith("bwd") else 1.0)
+    kv_num, q_bs, mods = (args[5], args[9], args[12]) if bwd else (args[3], args[7], args[10])
+    n_q = -(-L // max(min(int(q_bs), L), 1))
+    frac = _fraction.get((tuple(q.shape), tuple(getattr(kv_num, "shape", ())), mods), 1.0)
+    size = q.element_size()
+    flops = 2.0 * B * H * L * S * (E + Ev) * frac
+    moved = size * B * H * L * (E + Ev) + 8 * B * H * L + frac * n_q * size * B * H * S * (E + Ev)
+    k = 2.5 if bwd else 1.0
+    return int(moved * k), flops * k

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from .. import runtime
+from ..compile.flex_attention import modelled_cost as _kernel_cost   # block-sparse kernels
 from ..device import tracking
 from .cost_model import Cost, CostModel, _dtype_name, nbytes, op_flops
 
@@ -82,14 +83,16 @@ def region_cost(region) -> RegionCost:
                 args.append(_args(k, i, region.metas, ext, internal, consumed))
         outs = [_meta(m[0], m[3]) for m in region.metas[i] if m is not None]
         out_bytes = sum(nbytes(m[0], m[3]) for m in region.metas[i] if m is not None)
+        kernel = _kernel_cost(op, args, kwargs, outs)    # a block-sparse kernel's own figures
         try:
-            flops = op_flops(op, args, kwargs, outs)
+            flops = kernel[1] if kernel else op_flops(op, args, kwargs, outs)
         except Exception:
             flops = float(sum(o.numel() for o in outs))
         dt = next((m[3] for m in region.metas[i] if m is not None and m[3].is_floating_point),
                   torch.float32)
         dtypes.append(dt)
-        per_op.append(Cost(sum(ext) + sum(internal) + out_bytes, flops, _dtype_name(dt)))
+        moved = kernel[0] if kernel else sum(ext) + sum(internal) + out_bytes
+        per_op.append(Cost(moved, flops, _dtype_name(dt)))
         ext_total += sum(ext)
         flops_total += flops
     written = sum(nbytes(m[0], m[3]) for i, ms in enumerate(region.metas)
