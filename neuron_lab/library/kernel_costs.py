@@ -7,7 +7,7 @@ FLOPs from PyTorch's formulas; a custom kernel needs its own count, registered h
 - FLOPs through PyTorch's own registry (``torch.utils.flop_counter.register_flop_formula``),
   which the cost model, ``FlopCounterMode`` and the adaptive runtime's region costing read;
 - bytes through the cost model's ``KERNEL_COSTS`` hook (op packet -> ``Cost``), read by
-  ``op_cost`` (``estimate()``, profiles). Inside a fused region the region's own rule applies
+  ``op_cost`` (``estimate()``, profiles), filled when the cost model is imported. Inside a fused region the region's own rule applies
   (its inputs and outputs), with these FLOPs.
 
 FlashAttention (tiles as the kernel runs them, attention_tiles.py): the forward reads each
@@ -29,8 +29,16 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
-from ..telemetry import cost_model as _cm
 from . import attention_tiles as tiles
+from .after_import import when_imported
+
+_COST_MODEL = "neuron_lab.telemetry.cost_model"
+
+
+def _cm():
+    """The cost model module (imported on use: telemetry is a layer the library loads late)."""
+    import importlib
+    return importlib.import_module(_COST_MODEL)
 
 
 def _size(dtype) -> int:
@@ -179,11 +187,18 @@ def _dtype_of(a: dict) -> str:
     return str(t.dtype if t is not None else torch.float32).removeprefix("torch.")
 
 
-def kernel_cost(packet, args, kwargs) -> "_cm.Cost":
+def kernel_cost(packet, args, kwargs):
     """The ``Cost`` of one call of a library kernel (the cost model's hook calls this)."""
     a = _bind(packet.default, args, kwargs)
     moved, flops = _ops()[packet](a)
-    return _cm.Cost(int(moved), float(flops), _dtype_of(a))
+    return _cm().Cost(int(moved), float(flops), _dtype_of(a))
+
+
+def _hook_bytes(cost_model_module) -> None:
+    hook = getattr(cost_model_module, "KERNEL_COSTS", None)      # the cost model's byte hook
+    if hook is not None:
+        for packet in _ops():
+            hook[packet] = lambda args, kwargs, out, _p=packet: kernel_cost(_p, args, kwargs)
 
 
 def _register() -> None:
@@ -192,9 +207,7 @@ def _register() -> None:
             def formula(*args, out_val=None, _p=packet, _fn=fn, **kwargs):
                 return _fn(_bind(_p.default, args, kwargs))[1]
             register_flop_formula(packet, get_raw=True)(formula)
-        hook = getattr(_cm, "KERNEL_COSTS", None)       # the cost model's byte hook
-        if hook is not None:
-            hook[packet] = lambda args, kwargs, out, _p=packet: kernel_cost(_p, args, kwargs)
+    when_imported(_COST_MODEL, _hook_bytes)
 
 
 # --- FlashAttention against the unfused path ----------------------------------------------------
@@ -215,20 +228,20 @@ def unfused_attention(batch: int, heads: int, t: int, d: int, dtype=torch.bfloat
     kv = batch * heads * s * d * item
     scores = batch * heads * t * s * item
     mm = 2.0 * batch * heads * t * s * d
-    out = [] if kv_heads == heads else [_cm.Cost(2 * kv * kv_heads // heads + 2 * kv, 0.0, dt)]
-    out += [_cm.Cost(q + kv + scores, mm, dt),                       # q @ kᵀ
-            _cm.Cost(2 * scores, batch * heads * t * s, dt)]         # * scale
+    out = [] if kv_heads == heads else [_cm().Cost(2 * kv * kv_heads // heads + 2 * kv, 0.0, dt)]
+    out += [_cm().Cost(q + kv + scores, mm, dt),                       # q @ kᵀ
+            _cm().Cost(2 * scores, batch * heads * t * s, dt)]         # * scale
     if causal:
-        out.append(_cm.Cost(2 * scores + t * s, batch * heads * t * s, dt))   # masked_fill
-    out += [_cm.Cost(2 * scores, 5.0 * batch * heads * t * s, dt),   # softmax
-            _cm.Cost(scores + kv + q, mm, dt)]                       # p @ v
+        out.append(_cm().Cost(2 * scores + t * s, batch * heads * t * s, dt))   # masked_fill
+    out += [_cm().Cost(2 * scores, 5.0 * batch * heads * t * s, dt),   # softmax
+            _cm().Cost(scores + kv + q, mm, dt)]                       # p @ v
     if backward:
-        out += [_cm.Cost(q + kv + scores, mm, dt),                   # dP = dO vᵀ
-                _cm.Cost(scores + q + kv, mm, dt),                   # dV = Pᵀ dO
-                _cm.Cost(3 * scores, 4.0 * batch * heads * t * s, dt),   # softmax backward
-                _cm.Cost(2 * scores, batch * heads * t * s, dt),     # * scale
-                _cm.Cost(scores + kv + q, mm, dt),                   # dQ = dS k
-                _cm.Cost(scores + q + kv, mm, dt)]                   # dK = dSᵀ q
+        out += [_cm().Cost(q + kv + scores, mm, dt),                   # dP = dO vᵀ
+                _cm().Cost(scores + q + kv, mm, dt),                   # dV = Pᵀ dO
+                _cm().Cost(3 * scores, 4.0 * batch * heads * t * s, dt),   # softmax backward
+                _cm().Cost(2 * scores, batch * heads * t * s, dt),     # * scale
+                _cm().Cost(scores + kv + q, mm, dt),                   # dQ = dS k
+                _cm().Cost(scores + q + kv, mm, dt)]                   # dK = dSᵀ q
     return out
 
 
@@ -245,9 +258,9 @@ def flash_attention_launches(batch: int, heads: int, t: int, d: int, dtype=torch
          "v": meta(batch, kv_heads, s, d), "causal": causal,
          "window": -1 if window is None else window, "block_q": BLOCK_Q, "block_k": BLOCK_K}
     dt = str(dtype).removeprefix("torch.")
-    out = [_cm.Cost(*flash_forward_cost(a), dt)]
+    out = [_cm().Cost(*flash_forward_cost(a), dt)]
     if backward:
-        out.append(_cm.Cost(*flash_backward_cost(a), dt))
+        out.append(_cm().Cost(*flash_backward_cost(a), dt))
     return out
 
 
@@ -255,7 +268,7 @@ def compare_attention(batch: int, heads: int, t: int, d: int, dtype=torch.bfloat
                       chip: str = "trn2", **kw) -> dict:
     """Modelled HBM bytes, FLOPs, launches and seconds on ``chip``: FlashAttention against the
     unfused math path, forward and backward. A model, not a measurement."""
-    model = _cm.cost_model(chip)
+    model = _cm().cost_model(chip)
     rows = {}
     for name, fn in (("flash", flash_attention_launches), ("unfused", unfused_attention)):
         launches = fn(batch, heads, t, d, dtype, backward=True, **kw)

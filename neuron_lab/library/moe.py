@@ -35,9 +35,14 @@ from ..device.custom_kernels import kernel
 
 # --- route --------------------------------------------------------------------------------------
 
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """float32, or the input's dtype if wider (float64 on the host, for gradcheck)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 @kernel("neuron_lab::moe_route", mutates_args=())
 def moe_route(logits: Tensor, top_k: int, renormalize: bool) -> tuple[Tensor, Tensor]:
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(logits.to(_acc(logits.dtype)), dim=-1)
     weights, ids = torch.topk(probs, top_k, dim=-1)
     if renormalize:
         weights = weights / weights.sum(-1, keepdim=True)
@@ -47,14 +52,14 @@ def moe_route(logits: Tensor, top_k: int, renormalize: bool) -> tuple[Tensor, Te
 @moe_route.register_fake
 def _(logits, top_k, renormalize):
     n = logits.shape[0]
-    return (logits.new_empty((n, top_k), dtype=torch.float32),
+    return (logits.new_empty((n, top_k), dtype=_acc(logits.dtype)),
             logits.new_empty((n, top_k), dtype=torch.int64))
 
 
 @kernel("neuron_lab::moe_route_bwd", mutates_args=())
 def moe_route_bwd(grad: Tensor, logits: Tensor, ids: Tensor, renormalize: bool) -> Tensor:
-    probs = torch.softmax(logits.float(), dim=-1)
-    g = grad.float()
+    probs = torch.softmax(logits.to(_acc(logits.dtype)), dim=-1)
+    g = grad.to(probs.dtype)
     picked = probs.gather(-1, ids)
     if renormalize:                       # w = p / Z: dL/dp_s = (g_s - Σ_r g_r w_r) / Z
         z = picked.sum(-1, keepdim=True)
@@ -120,7 +125,7 @@ def _(hidden, expert_ids, num_experts, capacity):
 def moe_permute_bwd(grad_rows: Tensor, perm: Tensor, offsets: Tensor, num_tokens: int,
                     top_k: int) -> Tensor:
     n_kept = int(offsets[-1]) if offsets.numel() else 0
-    acc = torch.promote_types(grad_rows.dtype, torch.float32)
+    acc = _acc(grad_rows.dtype)
     out = torch.zeros((num_tokens, grad_rows.shape[-1]), dtype=acc, device=grad_rows.device)
     out.index_add_(0, perm[:n_kept] // top_k, grad_rows[:n_kept].to(acc))
     return out.to(grad_rows.dtype)
@@ -202,9 +207,8 @@ def moe_unpermute(rows: Tensor, perm: Tensor, weights: Tensor, offsets: Tensor) 
     n, k = weights.shape
     n_kept = int(offsets[-1]) if offsets.numel() else 0
     p = perm[:n_kept]
-    w = weights.reshape(-1)[p].to(torch.float32).unsqueeze(-1)
-    out = torch.zeros((n, rows.shape[-1]), dtype=torch.promote_types(rows.dtype, torch.float32),
-                      device=rows.device)
+    out = torch.zeros((n, rows.shape[-1]), dtype=_acc(rows.dtype), device=rows.device)
+    w = weights.reshape(-1)[p].to(out.dtype).unsqueeze(-1)
     out.index_add_(0, p // k, rows[:n_kept].to(out.dtype) * w)
     return out.to(rows.dtype)
 
@@ -220,7 +224,7 @@ def moe_unpermute_bwd(grad: Tensor, rows: Tensor, perm: Tensor, weights: Tensor,
     k = weights.shape[1]
     n_kept = int(offsets[-1]) if offsets.numel() else 0
     p = perm[:n_kept]
-    acc = torch.promote_types(rows.dtype, torch.float32)
+    acc = _acc(rows.dtype)
     g = grad.to(acc)[p // k]                                   # (kept, D)
     d_rows = torch.zeros_like(rows)
     d_rows[:n_kept] = (g * weights.reshape(-1)[p].to(acc).unsqueeze(-1)).to(rows.dtype)

@@ -16,17 +16,15 @@
   on capacity with token dropping; each experts module keeps its last call's accounting in
   ``neuron_moe_stats`` (routed and dropped assignments per expert).
 
-``register()`` runs when ``transformers.modeling_utils`` is imported (``install()`` puts an
-import hook for it; immediately if it is imported already), so neither order of imports needs a
-call from the user.
+``register()`` runs when ``transformers.modeling_utils`` is imported (``install()``, through
+after_import.py; at once if it is imported already), so neither order of imports needs a call
+from the user.
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
-
 import torch
+
+from .after_import import when_imported
 
 ATTENTION = "neuron_attention"
 EXPERTS = "neuron_moe"
@@ -133,31 +131,6 @@ def register() -> None:
     _done = True
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs ``register`` right after ``transformers.modeling_utils`` has been imported."""
-    TARGET = "transformers.modeling_utils"
-
-    def find_spec(self, name, path, target=None):
-        if name != self.TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        self._loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
-        register()
-
-
 def install() -> None:
     """Register now if Transformers' models are loaded, else as soon as they are."""
-    if "transformers.modeling_utils" in sys.modules:
-        register()
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    when_imported("transformers.modeling_utils", lambda _module: register())
