@@ -106,25 +106,35 @@ def test_flex_bf16_sliding_window_softcap():
 
 
 def test_flex_compiled_forward_backward_with_compiled_block_mask():
-    """torch.compile's default backend; the block mask built with ``_compile=True``."""
+    """torch.compile's default backend; the block mask built with ``_compile=True`` on neuron
+    equals the one built eagerly on CPU."""
     _case("adaptive", "causal", "alibi", torch.float32, compiled=True, compile_mask=True)
-
-
-def test_compiled_block_mask_equals_eager_one():
-    mask_mod = _masks("neuron")["sliding_window"]
+    mask_mod = _masks("neuron")["causal"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        a = create_block_mask(mask_mod, 1, 1, L, L, device="neuron", BLOCK_SIZE=BS, _compile=True)
-    b = create_block_mask(_masks("cpu")["sliding_window"], 1, 1, L, L, device="cpu",
-                          BLOCK_SIZE=BS)
+        a = create_block_mask(mask_mod, B, 1, L, L, device="neuron", BLOCK_SIZE=BS,
+                              _compile=True)
+    b = create_block_mask(_masks("cpu")["causal"], B, 1, L, L, device="cpu", BLOCK_SIZE=BS)
     assert a.kv_num_blocks.device.type == "neuron"
-    for x, y in zip(a.as_tuple()[2:6], b.as_tuple()[2:6]):
+    for x, y in zip(a.as_tuple()[2:10], b.as_tuple()[2:10]):
         torch.testing.assert_close(x.cpu(), y)
 
 
+_MATRIX = list(itertools.product(("causal", "sliding_window", "document"),
+                                 ("none", "alibi", "softcap")))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,mask,score,dtype,compiled", list(itertools.product(
-    ("eager", "adaptive"), ("causal", "sliding_window", "document"), ("none", "alibi", "softcap"),
-    (torch.float32, torch.bfloat16), (False, True))))
-def test_flex_full_matrix(mode, mask, score, dtype, compiled):
-    _case(mode, mask, score, dtype, compiled=compiled)
+@pytest.mark.parametrize("mode,mask,score,dtype", [
+    (m, mask, score, dt) for m in ("eager", "adaptive") for mask, score in _MATRIX
+    for dt in (torch.float32, torch.bfloat16)])
+def test_flex_uncompiled_matrix(mode, mask, score, dtype):
+    _case(mode, mask, score, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mask,score,dtype", [(mask, score, torch.float32)
+                                              for mask, score in _MATRIX]
+                         + [("document", "softcap", torch.bfloat16)])
+def test_flex_compiled_matrix(mask, score, dtype):
+    _case("adaptive", mask, score, dtype, compiled=True)
