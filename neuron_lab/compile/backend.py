@@ -8,12 +8,15 @@ that turns one post-grad ATen graph (forward, backward or inference) into a prog
 graph to the host executor's device (``hostgraph``), lets inductor's ``compile_fx_inner`` generate
 and compile it there, and puts the call boundary of ``bridge`` around the program.
 
-Why not ``register_backend_for_device("neuron", CppScheduling, PythonWrapperCodegen)`` as
-PyTorch's OpenReg does: an OpenReg tensor's ``data_ptr()`` is real host memory, so C++ kernels
-can take it; a ``neuron`` shell's is its host buffer's address too, but a value the adaptive
-runtime deferred has none yet (``device/shell.py``), inductor's Python wrapper refuses C++ kernels on any device but ``cpu`` ("device neuron nyi"),
-and its lowerings pick kernels by device type. The host graph is what such a registration would
-generate anyway — the same C++ — with the device's tensors bound at the call.
+Inductor's device registries know ``neuron`` (``device_interface``: a device interface and
+``register_backend_for_device``, as PyTorch's OpenReg registers), but code is generated for the
+host graph, not for ``neuron``: an OpenReg tensor's ``data_ptr()`` is real host memory, so C++
+kernels can take it; a ``neuron`` shell's is its host buffer's address too, but a value the
+adaptive runtime deferred has none yet (``device/shell.py``), inductor's Python wrapper refuses
+C++ kernels on any device but ``cpu`` ("device neuron nyi"), and its lowerings pick kernels by
+device type. The host graph is what such a registration would generate anyway — the same C++ —
+with the device's tensors bound at the call. FlexAttention's higher-order ops become the
+device's own kernels first (``flex_attention.replace_hops``).
 
 AOTAutograd's own cache is off for ``neuron`` graphs (a hit would skip ``inner_compile``, and so
 the boundary); inductor's FX graph cache stays on, under the runtime's cache directory, so a
