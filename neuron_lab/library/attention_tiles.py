@@ -173,7 +173,7 @@ def backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     lse_g = lse.unflatten(1, (hkv, g)).to(acc)
     lse_g = lse_g.masked_fill(lse_g == -math.inf, math.inf)   # empty rows: P = exp(-inf) = 0
     dq = torch.zeros((b, hkv, g, t, d), dtype=acc, device=q.device)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)          # contiguous, as the fake says
     heads = _heads(b, hkv, g, q.device) if drop else None
     for j0 in range(0, s, block_k):
         j1 = min(j0 + block_k, s)

@@ -92,7 +92,7 @@ def flash_attention_bwd(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
         mask = tiles.Mask(causal, window, s - t)
         return tiles.backward(grad, q, k, v, out, lse, scale, mask,
                               _dropout(dropout_p, seed, 0, 0), block_q, block_k)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
     for q0, q1, k0, k1 in segs:
         if q1 == q0 or k1 == k0:
             continue
@@ -107,7 +107,7 @@ def flash_attention_bwd(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
 @flash_attention_bwd.register_fake
 def _(grad, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seed, scale, causal, window,
       dropout_p, block_q, block_k):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)   # contiguous
 
 
 def _setup(ctx, inputs, output):

@@ -71,7 +71,7 @@ def moe_route_bwd(grad: Tensor, logits: Tensor, ids: Tensor, renormalize: bool) 
 
 @moe_route_bwd.register_fake
 def _(grad, logits, ids, renormalize):
-    return torch.empty_like(logits)
+    return logits.new_empty(logits.shape)
 
 
 def _route_setup(ctx, inputs, output):
@@ -175,7 +175,7 @@ def _(x, w, offsets):
 
 @kernel("neuron_lab::grouped_gemm_bwd", mutates_args=())
 def grouped_gemm_bwd(grad: Tensor, x: Tensor, w: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
-    dx, dw = torch.zeros_like(x), torch.zeros_like(w)
+    dx, dw = x.new_zeros(x.shape), w.new_zeros(w.shape)
     for e, a, b in _groups(offsets):
         torch.mm(grad[a:b], w[e], out=dx[a:b])
         dw[e] = grad[a:b].t() @ x[a:b]
@@ -184,7 +184,7 @@ def grouped_gemm_bwd(grad: Tensor, x: Tensor, w: Tensor, offsets: Tensor) -> tup
 
 @grouped_gemm_bwd.register_fake
 def _(grad, x, w, offsets):
-    return torch.empty_like(x), torch.empty_like(w)
+    return x.new_empty(x.shape), w.new_empty(w.shape)
 
 
 def _gemm_setup(ctx, inputs, output):
@@ -226,7 +226,7 @@ def moe_unpermute_bwd(grad: Tensor, rows: Tensor, perm: Tensor, weights: Tensor,
     p = perm[:n_kept]
     acc = _acc(rows.dtype)
     g = grad.to(acc)[p // k]                                   # (kept, D)
-    d_rows = torch.zeros_like(rows)
+    d_rows = rows.new_zeros(rows.shape)
     d_rows[:n_kept] = (g * weights.reshape(-1)[p].to(acc).unsqueeze(-1)).to(rows.dtype)
     d_w = torch.zeros(weights.numel(), dtype=acc, device=rows.device)
     d_w[p] = (g * rows[:n_kept].to(acc)).sum(-1)
@@ -235,7 +235,7 @@ def moe_unpermute_bwd(grad: Tensor, rows: Tensor, perm: Tensor, weights: Tensor,
 
 @moe_unpermute_bwd.register_fake
 def _(grad, rows, perm, weights, offsets):
-    return torch.empty_like(rows), torch.empty_like(weights)
+    return rows.new_empty(rows.shape), weights.new_empty(weights.shape)
 
 
 def _unpermute_setup(ctx, inputs, output):
