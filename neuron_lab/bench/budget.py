@@ -12,16 +12,20 @@ Two budgets, the same for every peer of a run:
 - ``all-cores``: the process may use every CPU it was allowed at start; torch's intra-op threads
   = that number, so the CPU peers get the cores the adaptive runtime's extra threads use.
 
-``cpu_seconds()`` is the process's CPU time (user + system, every thread) plus that of its
-descendants: the reaped ones (``os.times``' children fields) and the live ones (read from
-``/proc/PID/stat``: the compile helper lives as long as the process, so ``RUSAGE_CHILDREN``
-alone would never see it). ``conditions()`` is what the harness records at each sample, so a
+``cpu_start()``/``cpu_stop()`` read the process's CPU time (every thread:
+``time.process_time``, nanosecond clock) plus that of its descendants: the reaped ones
+(``RUSAGE_CHILDREN``, microseconds) and the live ones (the sum of their threads' run time in
+``/proc/PID/task/TID/schedstat``, nanoseconds: the compile helper lives as long as the process,
+so ``RUSAGE_CHILDREN`` alone would never see it). ``os.times()`` counts in 10 ms clock ticks,
+too coarse for a sample of a few dozen milliseconds. ``conditions()`` is what the harness records at each sample, so a
 test and a reader of the JSON can check every peer ran under the same mask with the collector on.
 """
 from __future__ import annotations
 
 import gc
 import os
+import resource
+import time
 from dataclasses import asdict, dataclass
 
 NAMES = ("one-core", "all-cores")
@@ -82,47 +86,74 @@ def apply(b: Budget) -> None:
     os.environ["NEURON_LAB_BENCH_BUDGET"] = b.name
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds of the process itself) from /proc/PID/stat, or None."""
+def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
     except OSError:
         return None
-    fields = s[s.rindex(")") + 2:].split()
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+    return int(s[s.rindex(")") + 2:].split()[1])
 
 
-def descendants() -> dict[int, float]:
-    """Live descendant processes of this one: pid -> their own CPU seconds so far."""
-    me = os.getpid()
-    parent, cpu = {}, {}
+def _run_time(pid: int) -> float:
+    """CPU seconds the live process ``pid`` has run so far: its threads' schedstat run times
+    (nanoseconds), or its /proc/PID/stat ticks where schedstat is missing."""
+    total, seen = 0, False
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+                seen = True
+        except (OSError, ValueError, IndexError):
+            pass
+    if seen:
+        return total / 1e9
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        fields = s[s.rindex(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def descendant_pids() -> list[int]:
+    """Live descendant processes of this one (children, grandchildren, ...)."""
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return {}
+        return []
+    children: dict[int, list[int]] = {}
     for pid in pids:
-        st = _stat(pid)
-        if st is not None:
-            parent[pid], cpu[pid] = st
-    out, frontier = {}, [me]
+        pp = _ppid(pid)
+        if pp is not None:
+            children.setdefault(pp, []).append(pid)
+    out, frontier = [], [os.getpid()]
     while frontier:
-        p = frontier.pop()
-        for c, pp in parent.items():
-            if pp == p and c not in out:
-                out[c] = cpu[c]
+        for c in children.get(frontier.pop(), ()):
+            if c not in out:
+                out.append(c)
                 frontier.append(c)
     return out
 
 
+def descendants() -> dict[int, float]:
+    """Live descendant processes of this one: pid -> the CPU seconds they have run so far."""
+    return {p: _run_time(p) for p in descendant_pids()}
+
+
 def _own() -> float:
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + r.ru_utime + r.ru_stime
 
 
 def cpu_start() -> float:
     """CPU seconds of the process and its descendants; call it just before a timed window (the
-    /proc scan runs before the process's own clock is read, so it is not counted)."""
+    /proc reads run before the process's own clock is read, so they are not counted)."""
     kids = sum(descendants().values())
     return _own() + kids
 
@@ -160,7 +191,7 @@ def conditions() -> dict:
     its live descendants, torch's intra-op threads, and whether the garbage collector is on."""
     import torch
     threads = {m for m in (_mask(f"/proc/self/task/{t}/status") for t in _tids()) if m is not None}
-    kids = {m for m in (_mask(f"/proc/{p}/status") for p in descendants()) if m is not None}
+    kids = {m for m in (_mask(f"/proc/{p}/status") for p in descendant_pids()) if m is not None}
     return {"thread_masks": sorted(list(m) for m in threads),
             "child_masks": sorted(list(m) for m in kids),
             "torch_threads": torch.get_num_threads(), "gc_enabled": gc.isenabled()}

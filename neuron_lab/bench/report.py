@@ -47,9 +47,9 @@ def fmt(v: float | None) -> str:
     if v is None:
         return "—"
     a = abs(v)
-    if a >= 100:
+    if a >= 99.95:
         return f"{v:,.0f}"
-    if a >= 10:
+    if a >= 9.995:
         return f"{v:.1f}"
     if a >= 1:
         return f"{v:.2f}"
@@ -85,8 +85,8 @@ def table(result: dict, targets: bool = True) -> str:
         for name, m in w["metrics"].items():
             cells = [_cell(m["peers"].get(p, {"skip": "not run"}), p, labels, notes) for p in peers]
             arrow = "↓" if m["better"] == "lower" else "↑"
-            plain = len(w["metrics"]) == 1 or "," in m["unit"]     # the unit says it all
-            what = m["unit"] if plain else f"{name} ({m['unit']})"
+            shared = sum(o["unit"] == m["unit"] for o in w["metrics"].values()) > 1
+            what = f"{name} ({m['unit']})" if shared else m["unit"]   # the unit says it, if unique
             lines.append(f"| {key} | {what} {arrow} | " + " | ".join(cells) + " |")
     if targets:
         lines += ["", "| target | value | goal | met |", "|---|---:|---:|:---:|"]
