@@ -36,6 +36,10 @@ from .distributed import register as _register_distributed  # noqa: E402
 
 _install_compile()   # the "neuron" torch.compile backend (registered when dynamo is imported)
 _register_distributed()   # the 'neuron' collective backend for torch.distributed
+from .device import profiler as _profiler  # noqa: E402
+# device events in torch.profiler (ProfilerActivity.PrivateUse1): a session's start hands the
+# chip, the mode and the region launches to the telemetry layer, imported only then
+_profiler.on_session_start("neuron_lab.telemetry.device_events")
 
 _config.validate_environment()   # every NEURON_LAB_* knob is now defined: fail here, by name
 _ready = True

@@ -1,4 +1,6 @@
-"""``python -m neuron_lab run SCRIPT.py [args] [--json FILE]``: run a script on the device.
+"""``python -m neuron_lab run SCRIPT.py [args] [--json FILE]``: run a script on the device;
+``python -m neuron_lab analyze TRACE.parquet``: advise()'s findings from a trace file
+(``telemetry/analyze.py``).
 
 The script runs as ``__main__`` the way ``python SCRIPT.py`` would run it (``sys.argv`` is the
 script and its arguments, the script's folder is ``sys.path[0]``), after ``import neuron_lab``
@@ -119,14 +121,42 @@ def run(argv: list[str]) -> int:
     return code
 
 
+def analyze(argv: list[str]) -> int:
+    """``analyze TRACE.parquet [--json]``: advise()'s findings from a trace file alone."""
+    p = argparse.ArgumentParser(prog="python -m neuron_lab analyze",
+                                description="The advisor's findings from a neuron_lab trace file "
+                                            "(neuron_lab.profile(out_dir) writes "
+                                            "out_dir/trace.parquet).")
+    p.add_argument("trace", help="the trace file (trace.parquet, or trace.csv without pyarrow)")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    a = p.parse_args(argv)
+    if not os.path.isfile(a.trace):
+        print(f"python -m neuron_lab analyze: no such file {a.trace!r}", file=sys.stderr)
+        return 2
+    from .telemetry import analyze as _analyze
+    try:
+        if a.json:
+            print(json.dumps(_analyze.analyze(a.trace), indent=1))
+        else:
+            print(_analyze.summary(a.trace))
+    except ValueError as e:
+        print(f"python -m neuron_lab analyze: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+COMMANDS = {"run": run, "analyze": analyze}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "run":
+    if not argv or argv[0] not in COMMANDS:
         print("usage: python -m neuron_lab run [--json FILE] [--quiet] SCRIPT.py [args]\n"
+              "       python -m neuron_lab analyze TRACE.parquet [--json]\n"
               "       python -m neuron_lab.bench [--quick] [--json FILE] [--plot FILE.png]",
               file=sys.stderr)
         return 2
-    return run(argv[1:])
+    return COMMANDS[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -28,12 +28,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import runtime
-from ..device import memory, tracking
-from ..runtime import knobs
 from .cost_model import cost_model
-from .costing import modelled_launches, region_cost
-from .store import store
+from .recording import Recording, live_recording
 
 SYNC_LOOP_MIN = 3
 FALLBACK_HOT_MIN = 3
@@ -54,9 +50,9 @@ class Finding(NamedTuple):
     count: int
 
 
-def _syncs(model) -> list[Finding]:
+def _syncs(model, rec: Recording) -> list[Finding]:
     out = []
-    for s in store.sites()["syncs"]:
+    for s in rec.syncs:
         if s["reason"] not in _HOST_SYNCS or s["count"] < SYNC_LOOP_MIN:
             continue
         what = {"item": ".item()", "cpu": ".cpu()/.to('cpu')", "tolist": ".tolist()",
@@ -85,9 +81,9 @@ def _fix_for_fallback(reason: str) -> str:
             "(docs/device-contract.md).")
 
 
-def _fallbacks(model) -> list[Finding]:
+def _fallbacks(model, rec: Recording) -> list[Finding]:
     out = []
-    for f in tracking.fallback_ops():
+    for f in rec.fallbacks:
         if f["count"] < FALLBACK_HOT_MIN:
             continue
         where = f["locations"][0] if f["locations"] else "<unknown>:0"
@@ -102,58 +98,51 @@ def _fallbacks(model) -> list[Finding]:
     return out
 
 
-def _region_where(region) -> str:
-    node = getattr(region, "node", None)
-    return tracking.format_location(getattr(node, "where", None))[0]
-
-
-def _never_fuses(region) -> str | None:
-    """Why a region will not run fused, or None if it does or still may."""
-    st = region.status
+def _never_fuses(r: dict, rec: Recording) -> str | None:
+    """Why a region (a ``regions`` row) will not run fused, or None if it does or still may."""
+    st = r["status"]
     if st == "failed":
-        return f"its compile or fused run failed ({(region.error or '').splitlines()[0][:160]})"
+        return f"its compile or fused run failed ({(r.get('error') or '').splitlines()[0][:160]})"
     if st == "slower":
         return "its fused program was slower than per-op on the host executor"
     if st == "recorded":
-        if region.ops < knobs.MIN_REGION_OPS.get():
-            return (f"it has {region.ops} op{'s' if region.ops != 1 else ''}, fewer than "
-                    f"NEURON_LAB_MIN_REGION_OPS={knobs.MIN_REGION_OPS.get()}: a sync point or an "
+        if r["ops"] < rec.min_region_ops:
+            return (f"it has {r['ops']} op{'s' if r['ops'] != 1 else ''}, fewer than "
+                    f"NEURON_LAB_MIN_REGION_OPS={rec.min_region_ops}: a sync point or an "
                     f"op that cannot be queued cuts the code into regions too short to compile")
-        if not knobs.COMPILE.get():
+        if not rec.compile_on:
             return "compilation is off (NEURON_LAB_COMPILE=0)"
     return None
 
 
-def _regions(model) -> list[Finding]:
+def _regions(model, rec: Recording) -> list[Finding]:
     out = []
-    regions = runtime.engine.cache.regions()
-    for r in regions:
-        launches = r.per_op_launches + r.fused_launches
+    for r in rec.regions:
+        launches = r["per_op_launches"] + r["fused_launches"]
         if launches < REGION_HOT_MIN:
             continue
-        why = _never_fuses(r)
+        why = _never_fuses(r, rec)
         if why is None:
             continue
-        rc = region_cost(r)
-        saving = sum(model.launch_s(c) for c in rc.per_op) - model.launch_s(rc.fused)
+        names = r["op_names"]
+        saving = r["per_op_modelled_s"] - r["fused_modelled_s"]
         out.append(Finding(
-            "region-never-fuses", _region_where(r),
-            f"region {r.id} ({', '.join(r.names[:4])}{', ...' if r.ops > 4 else ''}; {r.ops} ops) "
-            f"ran {launches} times per-op and will not fuse: {why}.",
+            "region-never-fuses", r["location"],
+            f"region {r['id']} ({', '.join(names[:4])}{', ...' if r['ops'] > 4 else ''}; "
+            f"{r['ops']} ops) ran {launches} times per-op and will not fuse: {why}.",
             "Move syncs (.item(), printing, .cpu()) out of the loop so the loop body forms one "
             "longer region; keep shapes and dtypes fixed from step to step.",
             launches * max(saving, 0.0), launches))
     by_names: dict = {}
-    for r in regions:
-        by_names.setdefault(tuple(r.names), []).append(r)
+    for r in rec.regions:
+        by_names.setdefault(tuple(r["op_names"]), []).append(r)
     for names, group in by_names.items():
         if len(group) < RECOMPILE_MIN:
             continue
-        rcs = [region_cost(r) for r in group]
-        cost = sum(sum(model.launch_s(c) for c in rc.per_op) for rc in rcs)
-        compile_s = sum(r.compile_s or 0.0 for r in group)
+        cost = sum(r["per_op_modelled_s"] for r in group)
+        compile_s = sum(r.get("compile_s") or 0.0 for r in group)
         out.append(Finding(
-            "recompiles", _region_where(group[-1]),
+            "recompiles", group[-1]["location"],
             f"the op sequence {', '.join(names[:4])}{', ...' if len(names) > 4 else ''} was "
             f"recorded as {len(group)} different regions (its shapes or Python values change "
             f"from call to call): each is recorded per-op and compiled on its own"
@@ -164,33 +153,27 @@ def _regions(model) -> list[Finding]:
     return out
 
 
-def _memory() -> list[Finding]:
-    cap = memory.capacity()
-    with store.lock:
-        cells = list(store.cells)
-        ooms = list(store.oom)
-    peak_cell = max(cells, key=lambda c: c.get("peak_bytes", 0), default=None)
-    peak = max(memory.max_memory_allocated(), peak_cell["peak_bytes"] if peak_cell else 0)
+def _memory(rec: Recording) -> list[Finding]:
+    cap, ooms, cells = rec.capacity, rec.ooms, rec.cells
+    peak_cell = max(cells, key=lambda c: c.get("peak_bytes") or 0, default=None)
+    peak = max(rec.peak_bytes, (peak_cell.get("peak_bytes") or 0) if peak_cell else 0)
     if not ooms and peak < MEMORY_NEAR * cap:
         return []
     where = (f"Cell In[{peak_cell['execution_count']}]"
              if peak_cell and peak_cell.get("execution_count") is not None else "<process>")
     msg = (f"peak device memory {peak / 2**30:.2f} GiB is {peak / cap:.0%} of the modelled "
-           f"{cap / 2**30:.2f} GiB HBM" + (f"; {len(ooms)} allocation(s) ran out of memory"
+           f"{cap / 2**30:.2f} GiB HBM" + (f"; {ooms} allocation(s) ran out of memory"
                                             if ooms else "") + ".")
     return [Finding("memory-near-capacity", where, msg,
                     "Free what you no longer need (del x; torch.neuron.empty_cache()), lower the "
                     "batch size, keep activations in bfloat16, or checkpoint activations "
-                    "(torch.utils.checkpoint).", 0.0, len(ooms) or 1)]
+                    "(torch.utils.checkpoint).", 0.0, ooms or 1)]
 
 
-def _host_bound() -> list[Finding]:
+def _host_bound(rec: Recording) -> list[Finding]:
     out = []
-    chip = cost_model().chip          # per-cell records are priced on the process's chip
-    with store.lock:
-        cells = list(store.cells)
-    sites = store.sites()
-    for c in cells:
+    chip = rec.chip                   # per-cell records are priced on the process's chip
+    for c in rec.cells:
         mod = c.get("modelled_s")
         if not mod:
             continue
@@ -199,7 +182,7 @@ def _host_bound() -> list[Finding]:
             continue
         n = c.get("execution_count")
         where = f"Cell In[{n}]" if n is not None else c["cell_id"]
-        hot = next((s for s in sites["boundaries"] if n is not None
+        hot = next((s for s in rec.boundaries if n is not None
                     and s["location"].startswith(f"Cell In[{n}],")), None)
         if hot is not None:
             where = hot["location"]
@@ -212,25 +195,24 @@ def _host_bound() -> list[Finding]:
     return out
 
 
-def _host_bound_stretch(model) -> list[Finding]:
+def _host_bound_stretch(rec: Recording) -> list[Finding]:
     """Scripts: the span of the recorded launches, host time outside them vs modelled time."""
-    with store.lock:
-        launches = list(store.launches)
+    launches = rec.launches          # [{t (end), seconds, modelled_s (None: not priced)}]
     if len(launches) < REGION_HOT_MIN:
         return []
     span = launches[-1]["t"] - launches[0]["t"]
     host = span - sum(ev.get("seconds", 0.0) for ev in launches[1:])
-    mod = modelled_launches(launches[1:], model)
-    if not mod.covered_ops or host < HOST_BOUND_MIN_S or host < HOST_BOUND_RATIO * mod.modelled_s:
+    priced = [ev["modelled_s"] for ev in launches[1:] if ev.get("modelled_s") is not None]
+    mod = sum(priced)
+    if not priced or host < HOST_BOUND_MIN_S or host < HOST_BOUND_RATIO * mod:
         return []
-    hot = store.sites()["boundaries"]
-    where = hot[0]["location"] if hot else "<process>"
+    where = rec.boundaries[0]["location"] if rec.boundaries else "<process>"
     return [Finding(
         "host-bound", where,
         f"over {len(launches)} launches the host spent {host * 1e3:.0f} ms outside them while "
-        f"their modelled {model.chip} time is {mod.modelled_s * 1e3:.2f} ms: the chip would sit idle "
-        f"{host / (host + mod.modelled_s):.0%} of the time, waiting for Python between launches.",
-        _HOST_BOUND_FIX, max(host - mod.modelled_s, 0.0), len(launches))]
+        f"their modelled {rec.chip} time is {mod * 1e3:.2f} ms: the chip would sit idle "
+        f"{host / (host + mod):.0%} of the time, waiting for Python between launches.",
+        _HOST_BOUND_FIX, max(host - mod, 0.0), len(launches))]
 
 
 _HOST_BOUND_FIX = ("Give the device more work per launch: batch small ops into tensor ops, "
@@ -238,12 +220,17 @@ _HOST_BOUND_FIX = ("Give the device more work per launch: batch small ops into t
                    "or torch.compile the step.")
 
 
-def advise(chip: str | None = None) -> list[dict]:
-    """Ranked findings from everything recorded so far (see the module docstring)."""
-    model = cost_model(chip)
-    with store.lock:
-        have_cells = bool(store.cells)
-    bound = _host_bound() if have_cells else _host_bound_stretch(model)
-    found = _memory() + _syncs(model) + _fallbacks(model) + _regions(model) + bound
+def findings(rec: Recording) -> list[dict]:
+    """Ranked findings from a ``Recording``: what this process recorded (``advise``) or what a
+    trace file holds (``analyze``), by the same rules."""
+    model = cost_model(rec.chip)
+    bound = _host_bound(rec) if rec.cells else _host_bound_stretch(rec)
+    found = _memory(rec) + _syncs(model, rec) + _fallbacks(model, rec) + _regions(model, rec) \
+        + bound
     found.sort(key=lambda f: (f.kind != "memory-near-capacity", -f.modelled_s))
     return [f._asdict() for f in found]
+
+
+def advise(chip: str | None = None) -> list[dict]:
+    """Ranked findings from everything recorded so far (see the module docstring)."""
+    return findings(live_recording(cost_model(chip)))

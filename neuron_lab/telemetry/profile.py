@@ -5,15 +5,19 @@ Launches and compiles appear as ``neuron::fused[region N]`` / ``neuron::per-op[.
 is active). While the block runs, a private sampler reads device memory at 20 Hz (not into the
 shared timeline, which the views draw at their own pace). On exit, under ``out_dir``:
 
-- ``trace.json``: the Chrome trace (Perfetto, chrome://tracing) with a ``neuron memory``
-  counter track and a ``neuron fallback`` marker per fallback (``export.export_chrome_trace``);
+- ``trace.json``: the Chrome trace (Perfetto, chrome://tracing) with the device's track
+  (``neuron:0``: one event per launch, from ``ProfilerActivity.PrivateUse1``, device/csrc/
+  profiler.cpp), a ``neuron memory`` counter track and a ``neuron fallback`` marker per
+  fallback (``export.export_chrome_trace``);
+- ``trace.parquet``: one self-contained file, the device launches and everything the advisor
+  reads (``trace_file.py``): ``python -m neuron_lab analyze out_dir/trace.parquet``;
 - ``launches``, ``cells``, ``memory``, ``fallbacks``, ``syncs``, ``boundaries``, ``regions``,
   ``advice``, ``runtime``: tables as Parquet when ``pyarrow`` is installed, else CSV
   (``export.export_table``; ``export.read_table`` reads back). Their columns are documented in
   docs/telemetry.md ("Export schema").
 
 The block ends with ``runtime.sync("profile-end")`` so its queued work is inside the profile.
-Every op of the block is priced on the modelled trn2 (``estimate.OpCosts``; ``Profile.modelled``:
+Every op of the block is priced on the modelled chip (trn2 unless NEURON_LAB_CHIP says trn3) (``estimate.OpCosts``; ``Profile.modelled``:
 launches, modelled_s, bytes, flops, ops, each recognised region as one fused launch), and each
 launch row gets ``modelled_s``, ``bytes``, ``flops`` of its region as one fused launch.
 """
@@ -25,10 +29,13 @@ import time
 
 import torch
 
-from ..device import tracking
+from ..device import profiler as device_profiler, tracking
 from .cost_model import cost_model
-from .advise import advise
+from .advise import findings
 from .costing import annotate, region_rows
+from .device_events import device_launches
+from .recording import live_recording
+from .trace_file import write_trace
 from .estimate import OpCosts, price
 from .export import export_chrome_trace, export_table
 from .report import metrics
@@ -51,7 +58,9 @@ class Profile:
         self.memory: list[dict] = []
         self.fallback_events: list[dict] = []
         self.wall_s = 0.0
-        self.chip = "trn2"
+        self.chip = cost_model().chip
+        self.trace_file_path = None  # trace.parquet: device launches + what advise() reads
+        self.device_launches: list = []   # device_events.DeviceLaunch, as torch.profiler got them
         self.modelled: dict = {}     # estimate.price of every op in the block, on ``chip``
 
     @property
@@ -80,12 +89,23 @@ def _write(result: Profile, trace: bool, tables: bool) -> None:
         result.boundaries_path = export_table(sites["boundaries"], os.path.join(out, "boundaries"))
         result.regions_path = export_table(region_rows(cost_model(result.chip)),
                                            os.path.join(out, "regions"))
-        result.advice_path = export_table(advise(result.chip), os.path.join(out, "advice"))
+        rec = live_recording(cost_model(result.chip))
+        result.advice_path = export_table(findings(rec), os.path.join(out, "advice"))
+        result.trace_file_path = write_trace(rec, result.device_launches, result.memory,
+                                             os.path.join(out, "trace"))
         m = metrics()
         result.runtime_path = export_table(
             [{"name": k, "value": float(v)} for k, v in m["runtime"].items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)],
             os.path.join(out, "runtime"))
+
+
+def _activities() -> list:
+    """CPU, and the device's events when its profiler is registered (device/csrc/profiler.cpp)."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device_profiler.registered():
+        acts.append(torch.profiler.ProfilerActivity.PrivateUse1)
+    return acts
 
 
 @contextlib.contextmanager
@@ -106,7 +126,7 @@ def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: 
     sampler.tick()
     sampler.start()
     try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.profile(activities=_activities()) as prof:
             with costs:      # every op priced on the modelled chip (estimate.OpCosts)
                 try:
                     yield result
@@ -116,6 +136,7 @@ def profile(out_dir: str = "neuron_profile", *, path: str | None = None, trace: 
         sampler.stop()
         sampler.tick()
     result.prof = prof
+    result.device_launches = device_launches()
     result.wall_s = time.time() - t0
     with store.lock:    # by time, not index: the record buffers are rings
         result.launches = [dict(r) for r in store.launches if r["t"] >= t0]
