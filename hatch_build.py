@@ -129,7 +129,7 @@ def build_extensions(out: Path, log=print) -> list[Path]:
             name=ext.module,
             sources=[str(entry)] + [str(p) for p in sources],
             include_dirs=[str(ROOT / d) for d in (ext.csrc, *ext.includes)],
-            extra_compile_args=["-O2"])
+            extra_compile_args=["-O2", "-g0"])   # no debug info in the wheel
         dist = Distribution({"name": "neuron_lab", "ext_modules": [cpp],
                              "cmdclass": {"build_ext": BuildExtension}})
         cmd = dist.get_command_obj("build_ext")
