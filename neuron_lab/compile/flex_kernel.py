@@ -21,6 +21,7 @@ computed (no approximation of the softmax).
 from __future__ import annotations
 
 import math
+import threading
 from typing import Callable, NamedTuple
 
 import torch
@@ -46,11 +47,12 @@ class Launch(NamedTuple):
     total: int         # the dense grid: B * H * nQB * nKVB
 
 
-_last: list = [None]
+_last = threading.local()      # per thread: the adaptive runtime may run kernels on workers
 
 
 def last_launch() -> Launch | None:
-    return _last[0]
+    """The last forward launch's blocks, on this thread."""
+    return getattr(_last, "launch", None)
 
 
 def _slots(bl: Blocks, n_kv_blocks: int):
@@ -190,7 +192,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bl: Blocks, score_mod: Callable,
     v [Bkv,Hkv,S,Ev] (GQA when Hq > Hkv; Bkv 1 broadcasts)."""
     plan = _plan(q, v, bl, mask_mod, mask_bufs, need_flat=not _is_identity(score_mod))
     if record:
-        _last[0] = plan.launch
+        _last.launch = plan.launch
     return _attend(q, k, v, plan, score_mod, scale, score_bufs)
 
 

@@ -180,12 +180,8 @@ def _patch_inductor_wrapper() -> None:
 def _patch_flex_attention() -> None:
     from torch.nn.attention import flex_attention as fa
 
-    from ..device.executor import host_device
-    from . import traceable
-    from . import flex_attention
-    traceable.HOST_TYPE[0] = host_device().type
+    from . import flex_attention, traceable
     fa._validate_device = traceable.validate_device
-    fa._apply_kernel_options = traceable.apply_kernel_options
     flex_attention.install()
 
 
