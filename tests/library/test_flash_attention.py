@@ -194,6 +194,9 @@ def test_opcheck_on_the_device():
              16, 8)
     res = torch.library.opcheck(OPS.flash_attention_bwd.default, bargs)
     assert set(res.values()) == {"SUCCESS"}, res
+    seeded = (q, k, v, None, None, torch.tensor(12345), 0.25, True, -1, 0.2, 16, 8)
+    res = torch.library.opcheck(OPS.flash_attention_fwd.default, seeded)   # dropout: the seed
+    assert set(res.values()) == {"SUCCESS"}, res                          # is an input
 
 
 def test_adaptive_mode_equals_eager(small_tiles):
@@ -238,6 +241,36 @@ def test_under_torch_compile_forward_and_backward_are_one_node_each():
     assert fwd.count(OPS.flash_attention_fwd.default) == 1
     assert bwd.count(OPS.flash_attention_bwd.default) == 1
     torch._dynamo.reset()
+
+
+def test_compiled_dropout_draws_a_new_mask_per_call():
+    q, k, v = qkv(t=20)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b, c: flash_attention(a, b, c, causal=True, dropout_p=0.3),
+                       backend="aot_eager", fullgraph=True)
+    first, second = fn(q, k, v), fn(q, k, v)
+    assert not torch.equal(first.detach().cpu(), second.detach().cpu())
+    (dq,) = torch.autograd.grad(first.sum(), (q,))
+    assert dq.abs().sum().item() > 0
+    torch._dynamo.reset()
+
+
+def test_an_adaptive_fused_region_calls_the_kernel_as_an_opaque_node():
+    """Adaptive mode, compiling: the region [mul, mul, flash_attention_fwd, add, mul] becomes
+    one fused program calling the kernel between inductor's parts; results equal eager's
+    (1e-6: inductor fuses the elementwise ops around it)."""
+    from neuron_lab.runtime import knobs
+    q, k, v = (x.detach() for x in qkv(t=20))
+    with neuron_lab.mode("eager"):
+        ref = ((flash_attention(q * 2, k * 1, v, causal=True) + 1) * 3).cpu()
+    neuron_lab.runtime.reset()
+    with knobs.SYNC_COMPILE.scoped(True), knobs.TRIALS.scoped(0), neuron_lab.mode("adaptive"):
+        for _ in range(6):
+            out = ((flash_attention(q * 2, k * 1, v, causal=True) + 1) * 3).cpu()
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        stats = neuron_lab.runtime.engine.stats
+        assert stats["launches_fused"] >= 1 and stats["compiles_failed"] == 0, stats
+    neuron_lab.runtime.reset()
 
 
 def test_errors_name_the_op_the_device_and_the_fix():

@@ -151,3 +151,51 @@ def test_errors_name_the_stage_and_the_device():
         moe.permute(x, torch.zeros(3, 2, dtype=torch.long).to("neuron"), E)
     with pytest.raises(ValueError, match=r"moe on neuron:0: route expects"):
         moe.route(torch.randn(4, 3).to("neuron"), 4)
+
+
+def test_under_torch_compile_each_stage_is_one_node():
+    from torch._functorch.aot_autograd import aot_module_simplified
+    graphs = {"forward": [], "backward": []}
+
+    def grab(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append([getattr(n.target, "_opname", None) for n in gm.graph.nodes
+                                 if n.op == "call_function"])
+            return gm
+        return compiler
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=grab("forward"),
+                                     bw_compiler=grab("backward"))
+
+    x, logits, w1, w2 = data()
+    weights, ids = (t.detach() for t in moe.route(logits, K))
+    weights.requires_grad_()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda *a: moe.experts_mlp(*a)[0], backend=backend, fullgraph=True)
+    out = fn(x, ids, weights, w1, w2)
+    out.sum().backward()
+    ref = moe.reference_experts(x, ids, weights, w1, w2)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach().cpu(), rtol=1e-5, atol=1e-5)
+    fwd, = graphs["forward"]
+    bwd, = graphs["backward"]
+    assert [fwd.count(n) for n in ("moe_permute", "grouped_gemm", "moe_unpermute")] == [1, 2, 1]
+    assert [bwd.count(n) for n in ("moe_permute_bwd", "grouped_gemm_bwd",
+                                   "moe_unpermute_bwd")] == [1, 2, 1]
+    torch._dynamo.reset()
+
+
+def test_adaptive_mode_equals_eager():
+    """Adaptive mode without compiling replays the stages per-op: bitwise eager's."""
+    from neuron_lab.runtime import knobs
+    x, logits, w1, w2 = data()
+    results = {}
+    for mode in ("eager", "adaptive"):
+        with knobs.COMPILE.scoped(False), neuron_lab.mode(mode):
+            for _ in range(3):
+                weights, ids = moe.route(logits * 1, K)
+                out, _ = moe.experts_mlp(x * 1, ids, weights, w1, w2, capacity=6)
+                grads = torch.autograd.grad(out.sum(), (x, w1, w2))
+                results[mode] = [out.detach().cpu()] + [g.cpu() for g in grads]
+    for a, b in zip(results["eager"], results["adaptive"]):
+        assert torch.equal(a, b)
