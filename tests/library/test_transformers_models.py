@@ -143,3 +143,42 @@ def test_a_4d_mask_is_refused_with_the_fix():
     q = torch.randn(1, 2, 4, 8).to("neuron")
     with pytest.raises(NotImplementedError, match="neuron_attention.*4-D attention mask.*sdpa"):
         neuron_attention_forward(None, q, q, q, torch.ones(1, 1, 4, 4).to("neuron"))
+
+
+def _forward_both(cfg_changes: dict, **inputs):
+    cfg = config("mixtral")
+    for k, v in cfg_changes.items():
+        setattr(cfg, k, v)
+    outs = []
+    for attn, experts, device in (("sdpa", "eager", "cpu"),
+                                  ("neuron_attention", "neuron_moe", "neuron")):
+        torch.manual_seed(0)
+        m = transformers.AutoModelForCausalLM.from_config(
+            cfg, attn_implementation=attn, experts_implementation=experts).eval().to(device)
+        with torch.no_grad():
+            outs.append(m(**{k: v.to(device) for k, v in inputs.items()}).logits.cpu())
+    return outs
+
+
+def test_sliding_window_matches_sdpa(eager):
+    """Mixtral with ``sliding_window=5`` at T = 16: the kernel's window rule is Transformers'."""
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
+    want, got = _forward_both({"sliding_window": 5}, input_ids=ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_sequences_from_position_ids_equal_each_document_alone(eager):
+    """Three documents packed in one row, marked by position ids that restart (as
+    Transformers' FlashAttention path reads them): each attends to itself only, so the logits
+    equal the sdpa reference run on each document alone (1e-5). (This model's sdpa path, given
+    the packed row, does not separate them.)"""
+    ids = torch.randint(0, VOCAB, (1, 15), generator=torch.Generator().manual_seed(4))
+    pos = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 3, 4, 5, 6]])
+    torch.manual_seed(0)
+    ref = transformers.AutoModelForCausalLM.from_config(config("mixtral"),
+                                                        attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        want = torch.cat([ref(input_ids=ids[:, a:b]).logits for a, b in ((0, 5), (5, 8), (8, 15))],
+                         1)
+    _, got = _forward_both({}, input_ids=ids, position_ids=pos)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
