@@ -155,9 +155,9 @@ def forward(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Mask, drop: Dro
             o = o * alpha.unsqueeze(-1) + p @ vv[..., j0:j1, :].to(acc)
             m = m_new
         empty = l == 0
-        out[..., i0:i1, :] = (o / l.masked_fill(empty, 1.0).unsqueeze(-1)).to(q.dtype)
-        lse[..., i0:i1] = torch.where(empty, -math.inf,
-                                      m.masked_fill(empty, 0.0) + torch.log(l.masked_fill(empty, 1.0)))
+        l1 = l.masked_fill(empty, 1.0)
+        out[..., i0:i1, :] = (o / l1.unsqueeze(-1)).to(q.dtype)
+        lse[..., i0:i1] = torch.where(empty, -math.inf, m.masked_fill(empty, 0.0) + torch.log(l1))
     return out.flatten(1, 2), lse.flatten(1, 2)
 
 

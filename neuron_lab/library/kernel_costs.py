@@ -7,8 +7,8 @@ FLOPs from PyTorch's formulas; a custom kernel needs its own count, registered h
 - FLOPs through PyTorch's own registry (``torch.utils.flop_counter.register_flop_formula``),
   which the cost model, ``FlopCounterMode`` and the adaptive runtime's region costing read;
 - bytes through the cost model's ``KERNEL_COSTS`` hook (op packet -> ``Cost``), read by
-  ``op_cost`` (``estimate()``, profiles), filled when the cost model is imported. Inside a fused region the region's own rule applies
-  (its inputs and outputs), with these FLOPs.
+  ``op_cost`` (``estimate()``, profiles), filled when the cost model is imported. Inside a
+  fused region the region's own rule applies (its inputs and outputs), with these FLOPs.
 
 FlashAttention (tiles as the kernel runs them, attention_tiles.py): the forward reads each
 query tile once and, per visible (query tile, key tile) pair, one key and one value tile (a key
@@ -25,6 +25,8 @@ that received rows and writes the result, ``2·M·N·K`` FLOPs over the kept row
 unpermute reads the kept rows and weights and writes one row per token.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch.utils.flop_counter import flop_registry, register_flop_formula
@@ -118,6 +120,12 @@ def route_cost(a: dict) -> tuple[int, float]:
     return _nb(logits) + n * k * (4 + 8), 5.0 * n * e
 
 
+def route_bwd_cost(a: dict) -> tuple[int, float]:
+    logits = a["logits"]
+    n, e = logits.shape
+    return 2 * _nb(logits) + _nb(a["grad"]) + _nb(a["ids"]), 8.0 * n * e
+
+
 def permute_cost(a: dict) -> tuple[int, float]:
     hidden, ids = a["hidden"], a["expert_ids"]
     m = ids.numel()
@@ -172,10 +180,11 @@ def unpermute_bwd_cost(a: dict) -> tuple[int, float]:
     return kept * 3 * row + _nb(a["weights"]) * 2 + _nb(a["grad"]), 4.0 * kept * rows.shape[-1]
 
 
-def _ops():
+@functools.cache
+def _ops() -> dict:
     o = torch.ops.neuron_lab
     return {o.flash_attention_fwd: flash_forward_cost, o.flash_attention_bwd: flash_backward_cost,
-            o.moe_route: route_cost, o.moe_route_bwd: route_cost,
+            o.moe_route: route_cost, o.moe_route_bwd: route_bwd_cost,
             o.moe_permute: permute_cost, o.moe_permute_bwd: permute_bwd_cost,
             o.grouped_gemm: gemm_cost, o.grouped_gemm_bwd: gemm_bwd_cost,
             o.moe_unpermute: unpermute_cost, o.moe_unpermute_bwd: unpermute_bwd_cost}

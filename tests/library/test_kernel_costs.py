@@ -108,3 +108,25 @@ def test_moe_kernels_are_priced_by_the_rows_they_keep(eager):
     with FlopCounterMode(display=False) as fc:
         moe.grouped_gemm(p.rows, w, p.offsets)
     assert fc.get_total_flops() == c.flops
+
+
+def test_flop_counter_covers_every_stage_forward_and_backward(eager):
+    """``FlopCounterMode`` over a routed experts MLP and attention, forward and backward: every
+    kernel has a formula (none raises), and the GEMMs' 2·M·N·K dominate as they should."""
+    x = torch.randn(10, 8).to("neuron").requires_grad_()
+    logits = torch.randn(10, 4).to("neuron").requires_grad_()
+    w1 = torch.randn(4, 12, 8).to("neuron").requires_grad_()
+    w2 = torch.randn(4, 8, 6).to("neuron").requires_grad_()
+    q, k, v = (t.requires_grad_() for t in qkv(t=64))
+    with FlopCounterMode(display=False) as fc:
+        weights, ids = moe.route(logits, 2)
+        out, _ = moe.experts_mlp(x, ids, weights, w1, w2)
+        (out.sum() + flash_attention(q, k, v, causal=True).sum()).backward()
+    counts = {str(op): n for op, n in fc.get_flop_counts()["Global"].items()}
+    gemm = 2 * 20 * (12 * 8 + 8 * 6)
+    assert counts["neuron_lab.grouped_gemm"] == gemm
+    assert counts["neuron_lab.grouped_gemm_bwd"] == 2 * gemm
+    for name in ("moe_route", "moe_route_bwd", "moe_permute", "moe_permute_bwd",
+                 "moe_unpermute", "moe_unpermute_bwd", "flash_attention_fwd",
+                 "flash_attention_bwd"):
+        assert counts.get(f"neuron_lab.{name}", 0) > 0, (name, counts)
