@@ -22,6 +22,8 @@ from the user.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .after_import import when_imported
@@ -131,6 +133,16 @@ def register() -> None:
     _done = True
 
 
+def _register_quietly(_module) -> None:
+    """Runs inside Transformers' own import: a failure here must not fail that import."""
+    try:
+        register()
+    except Exception as e:                     # e.g. a Transformers without these interfaces
+        warnings.warn(f"neuron_lab.library: could not register {ATTENTION!r}/{EXPERTS!r} with "
+                      f"Transformers ({type(e).__name__}: {e}); needs transformers>=5.24",
+                      RuntimeWarning, stacklevel=2)
+
+
 def install() -> None:
     """Register now if Transformers' models are loaded, else as soon as they are."""
-    when_imported("transformers.modeling_utils", lambda _module: register())
+    when_imported("transformers.modeling_utils", _register_quietly)

@@ -208,3 +208,20 @@ def test_bfloat16_training_tracks_the_reference(kind):
                 losses.append(loss.item())
         results[device] = losses
     assert results["neuron"] == pytest.approx(results["cpu"], rel=1e-3)
+
+
+def test_registration_waits_for_transformers_to_be_imported():
+    """``import neuron_lab.library`` before Transformers: the names are registered when
+    Transformers' models load (an import hook), in a fresh interpreter."""
+    import subprocess
+    import sys
+    code = ("import sys, neuron_lab.library\n"
+            "assert 'transformers.modeling_utils' not in sys.modules\n"
+            "from transformers import AttentionInterface\n"
+            "from transformers.integrations.moe import ExpertsInterface\n"
+            "assert 'neuron_attention' in AttentionInterface._global_mapping\n"
+            "assert 'neuron_moe' in ExpertsInterface._global_mapping\n"
+            "print('registered')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "registered" in res.stdout, res.stderr[-2000:]
