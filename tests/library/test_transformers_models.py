@@ -210,9 +210,11 @@ def test_bfloat16_training_tracks_the_reference(kind):
     assert results["neuron"] == pytest.approx(results["cpu"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_registration_waits_for_transformers_to_be_imported():
     """``import neuron_lab.library`` before Transformers: the names are registered when
-    Transformers' models load (an import hook), in a fresh interpreter."""
+    Transformers' models load (an import hook), in a fresh interpreter (~20 s of imports; the
+    default run's tutorial 11 imports in this order too)."""
     import subprocess
     import sys
     code = ("import sys, neuron_lab.library\n"
