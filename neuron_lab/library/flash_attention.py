@@ -145,19 +145,20 @@ def _check(q: Tensor, k: Tensor, v: Tensor, window, cu_q, cu_k) -> None:
                     "q.to(torch.bfloat16) or float32", q)
     if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
         raise _fail(f"shapes do not match: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                    f"v {tuple(v.shape)} (batch, key heads, key length and head_dim must agree)",
-                    q)
+                    f"v {tuple(v.shape)}. Fix: give k and v the same (batch, heads, length), "
+                    "and q and k the same batch and head_dim", q)
     if q.shape[1] % k.shape[1]:
         raise _fail(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} key/value "
-                    "heads (GQA needs H % Hkv == 0)", q)
+                    "heads. Fix: a number of key/value heads that divides the query heads", q)
     if window is not None and (not isinstance(window, int) or window < 1):
-        raise _fail(f"window={window!r}: expected None or an int >= 1", q)
+        raise _fail(f"window={window!r}. Fix: None (no window) or an int >= 1", q)
     if (cu_q is None) != (cu_k is None):
-        raise _fail("pass both cu_seqlens_q and cu_seqlens_k, or neither", q)
+        raise _fail("one of cu_seqlens_q, cu_seqlens_k given. Fix: pass both, or neither", q)
     if cu_q is not None and (q.shape[0] != 1 or cu_q.dim() != 1 or cu_q.shape != cu_k.shape):
         raise _fail("packed sequences need batch 1 and 1-D cu_seqlens_q, cu_seqlens_k of equal "
                     f"length; got q {tuple(q.shape)}, cu_seqlens_q {tuple(cu_q.shape)}, "
-                    f"cu_seqlens_k {tuple(cu_k.shape)}", q)
+                    f"cu_seqlens_k {tuple(cu_k.shape)}. Fix: pack the sequences into one row "
+                    "(1, H, total, D)", q)
 
 
 def _draw_seed() -> Tensor:
@@ -180,7 +181,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     """
     _check(q, k, v, window, cu_seqlens_q, cu_seqlens_k)
     if not 0.0 <= dropout_p < 1.0:
-        raise _fail(f"dropout_p={dropout_p} must be in [0, 1)", q)
+        raise _fail(f"dropout_p={dropout_p}. Fix: a probability in [0, 1)", q)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     seed = _draw_seed() if dropout_p > 0 else None
     out, _lse = flash_attention_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seed, scale,

@@ -274,7 +274,8 @@ def route(logits: Tensor, top_k: int, renormalize: bool = True) -> tuple[Tensor,
     (Mixtral; Qwen2-MoE's ``norm_topk_prob``). Differentiable in ``logits``."""
     if logits.dim() != 2 or not 1 <= top_k <= logits.shape[-1]:
         raise _fail(f"route expects logits (tokens, experts) and 1 <= top_k <= experts; got "
-                    f"{tuple(logits.shape)}, top_k={top_k}", logits)
+                    f"{tuple(logits.shape)}, top_k={top_k}. Fix: flatten tokens to (N, E) and pick "
+                    "top_k <= E", logits)
     return moe_route(logits, int(top_k), bool(renormalize))
 
 
@@ -289,9 +290,11 @@ def permute(hidden: Tensor, expert_ids: Tensor, num_experts: int,
     With ``capacity``, each expert keeps at most that many (in token order), see module doc."""
     if hidden.dim() != 2 or expert_ids.dim() != 2 or expert_ids.shape[0] != hidden.shape[0]:
         raise _fail(f"permute expects hidden (tokens, dim) and expert_ids (tokens, k); got "
-                    f"{tuple(hidden.shape)} and {tuple(expert_ids.shape)}", hidden)
+                    f"{tuple(hidden.shape)} and {tuple(expert_ids.shape)}. Fix: flatten tokens, "
+                    "hidden.reshape(-1, dim), one row of expert ids per token", hidden)
     if expert_ids.dtype not in (torch.int64, torch.int32):
-        raise _fail(f"expert_ids must be int32/int64, got {expert_ids.dtype}", hidden)
+        raise _fail(f"expert_ids must be int32/int64, got {expert_ids.dtype}. Fix: "
+                    "expert_ids.long()", hidden)
     return Permuted(*moe_permute(hidden, expert_ids.long(), int(num_experts),
                                  -1 if capacity is None else int(capacity)))
 
