@@ -315,7 +315,8 @@ def experts_mlp(hidden: Tensor, expert_ids: Tensor, weights: Tensor, w_gate_up: 
     e = w_gate_up.shape[0]
     if w_down.shape[0] != e or w_gate_up.shape[-1] != hidden.shape[-1]:
         raise _fail(f"expert weights do not match: gate_up {tuple(w_gate_up.shape)}, down "
-                    f"{tuple(w_down.shape)}, hidden {tuple(hidden.shape)}", hidden)
+                    f"{tuple(w_down.shape)}, hidden {tuple(hidden.shape)}. Fix: gate_up "
+                    "(E, 2I, D) and down (E, D, I) for hidden (N, D)", hidden)
     p = permute(hidden, expert_ids, e, capacity)
     h = grouped_gemm(p.rows, w_gate_up, p.offsets)
     if gate is not None:
