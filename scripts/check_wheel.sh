@@ -20,15 +20,14 @@ fi
 V="$WORK/venv/bin"
 "$V/python" -m pip install -q "torch==${NEURON_LAB_TORCH:-2.13.0}"
 "$V/python" -m pip install -q "$WHEEL" nbclient nbformat
-# PATH without a compiler: only the venv's own scripts (python, jupyter) and coreutils
-mkdir "$WORK/bin"
-for tool in env cat ls; do ln -s "$(command -v $tool)" "$WORK/bin/$tool"; done
+# PATH without a compiler: only the venv's own scripts (python, jupyter) and a few base tools
+mkdir "$WORK/bin" "$WORK/home"
+for tool in env cat ls rm mkdir find sh; do ln -s "$(command -v $tool)" "$WORK/bin/$tool"; done
 export PATH="$V:$WORK/bin"
 for cc in g++ gcc c++ cc clang++; do
   if command -v "$cc" >/dev/null 2>&1; then echo "check_wheel: $cc is still on PATH" >&2; exit 1; fi
 done
 export HOME="$WORK/home"
-mkdir -p "$HOME"
 python - <<'PY'
 import importlib.metadata as md
 import os
