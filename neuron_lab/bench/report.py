@@ -6,6 +6,7 @@ re-rendered::
     python -m neuron_lab.bench.report docs/bench/results.json            # header + tables
     python -m neuron_lab.bench.report docs/bench/results.json --markdown # the README's block
     python -m neuron_lab.bench.report docs/bench/results.json --readme README.md  # rewrite it
+    python -m neuron_lab.bench.report docs/bench/results.json --readme docs/benchmarks.md --full
 
 ``--readme`` replaces what lies between ``<!-- bench-table:begin -->`` and
 ``<!-- bench-table:end -->`` in the file with the ``--markdown`` block, so the README's table
@@ -74,15 +75,28 @@ def budget_name(run: dict) -> str:
     return (run.get("budget") or {}).get("name", "?")
 
 
-def table(result: dict, targets: bool = True) -> str:
+# The README's short table: the metrics that carry each workload's point.
+SHORT = {"W1": ("us_per_op", "cpu_us_per_op"), "W2": ("ms", "cpu_ms"),
+         "W3": ("steps_per_s", "cpu_ms_per_step", "steps_per_s_sync10", "cpu_ms_per_step_sync10"),
+         "W4": ("steps_per_s", "cpu_ms_per_step", "first_step_s"), "W5": ("hit_rate",),
+         "W6": ("steps_per_s", "cpu_ms_per_step", "steps_per_s_sync10", "cpu_ms_per_step_sync10"),
+         "W7": ("slowdown",)}
+
+
+def table(result: dict, targets: bool = True, only: dict | None = None) -> str:
     """Markdown for one run: one row per workload metric, one column per peer; then the
-    targets (``targets``) and the notes on peers that failed or skipped."""
+    targets (``targets``) and the notes on peers that failed or skipped. ``only``: workload ->
+    the metrics to show (others left out)."""
     peers, labels = result["peers"], result["labels"]
     notes: list[str] = []
     lines = ["| workload | metric | " + " | ".join(labels[p] for p in peers) + " |",
              "|---|---|" + "---:|" * len(peers)]
     for key, w in result["workloads"].items():
+        if only is not None and key not in only:
+            continue
         for name, m in w["metrics"].items():
+            if only is not None and name not in only[key]:
+                continue
             cells = [_cell(m["peers"].get(p, {"skip": "not run"}), p, labels, notes) for p in peers]
             arrow = "↓" if m["better"] == "lower" else "↑"
             shared = sum(o["unit"] == m["unit"] for o in w["metrics"].values()) > 1
@@ -126,15 +140,20 @@ def text(result: dict) -> str:
     return "\n\n".join(f"### {budget_name(r)}\n\n{header(r)}\n\n{table(r)}" for r in runs(result))
 
 
-def ratios_table(result: dict, first: tuple[str, ...] = ("W6",)) -> str:
-    """The targets side by side for every run (a column per budget), ``first`` workloads first."""
+def ratios_table(result: dict, first: tuple[str, ...] = ("W6",),
+                 keys: tuple[str, ...] | None = None) -> str:
+    """The targets side by side for every run (a column per budget), ``first`` workloads first;
+    ``keys``: only those workloads' targets."""
     rs = runs(result)
+    only_keys = keys
     names = [budget_name(r) for r in rs]
     order: list[str] = []
     found: dict[tuple[str, str], dict] = {}
     for r in rs:
         keys = sorted(r["workloads"], key=lambda k: (k not in first, list(r["workloads"]).index(k)))
         for k in keys:
+            if only_keys is not None and k not in only_keys:
+                continue
             for q in r["workloads"][k]["ratios"]:
                 if q["label"] not in order:
                     order.append(q["label"])
@@ -151,8 +170,9 @@ def ratios_table(result: dict, first: tuple[str, ...] = ("W6",)) -> str:
     return "\n".join(lines)
 
 
-def markdown(result: dict) -> str:
-    """The README's block: the machine line, each budget's table (no targets), the ratios."""
+def markdown(result: dict, short: bool = False) -> str:
+    """The README's block: the machine line, each budget's table (no targets), the ratios;
+    ``short``: the metrics of ``SHORT`` and W6's ratios only (docs/benchmarks.md has all)."""
     rs = runs(result)
     m = result["machine"]
     out = [f"Measured on {m['cores']} cores ({m['cpu']}), torch {m['torch']}, load "
@@ -165,16 +185,20 @@ def markdown(result: dict) -> str:
     for r in rs:
         b = r.get("budget") or {}
         out += ["", f"**{budget_name(r)}** (CPUs {','.join(map(str, b.get('cpus', [])))}, "
-                    f"{b.get('threads', '?')} torch threads):", "", table(r, targets=False)]
-    out += ["", "Ratios (goal in brackets; \"(no)\": goal missed):", "", ratios_table(result)]
+                    f"{b.get('threads', '?')} torch threads):", "",
+                table(r, targets=False, only=SHORT if short else None)]
+    out += ["", ("W6's ratios" if short else "Ratios") + " (goal in brackets; \"(no)\": goal "
+            "missed)" + (", every target in docs/benchmarks.md:" if short else ":"), "",
+            ratios_table(result, keys=("W6",) if short else None)]
     return "\n".join(out)
 
 
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 
 
-def update_readme(result: dict, path: str) -> None:
-    """Replace the block between ``BEGIN`` and ``END`` in ``path`` with ``markdown(result)``."""
+def update_readme(result: dict, path: str, short: bool = True) -> None:
+    """Replace the block between ``BEGIN`` and ``END`` in ``path`` with ``markdown(result)``
+    (``short``: the README's short table)."""
     with open(path) as f:
         s = f.read()
     if BEGIN not in s or END not in s:
@@ -182,7 +206,7 @@ def update_readme(result: dict, path: str) -> None:
     a, rest = s.split(BEGIN, 1)
     _, b = rest.split(END, 1)
     with open(path, "w") as f:
-        f.write(a + BEGIN + "\n" + markdown(result) + "\n" + END + b)
+        f.write(a + BEGIN + "\n" + markdown(result, short) + "\n" + END + b)
 
 
 def write_json(result: dict, path: str) -> None:
@@ -233,15 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("json")
     ap.add_argument("--markdown", action="store_true", help="print the README's block")
     ap.add_argument("--readme", metavar="README.md", help="rewrite the README's block in place")
+    ap.add_argument("--full", action="store_true",
+                    help="every metric and target (docs/benchmarks.md), not the README's short table")
     ap.add_argument("--plot")
     a = ap.parse_args(argv)
     with open(a.json) as f:
         res = json.load(f)
     if a.readme:
-        update_readme(res, a.readme)
+        update_readme(res, a.readme, short=not a.full)
         print(f"updated {a.readme}", file=sys.stderr)
     elif a.markdown:
-        print(markdown(res))
+        print(markdown(res, short=not a.full))
     else:
         print(text(res))
     if a.plot:
