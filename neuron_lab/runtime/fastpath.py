@@ -5,7 +5,7 @@ device's seam sees it.
 builds the op's key, looks the next trie node up and hands out one pending tensor
 (``_defer_one``). The C extension does those steps on the same Python objects (the producers
 map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
-path (docs/performance.md, "The hot paths in C"). It also captures an op met in the middle of a
+path (docs/performance.md, "Host work per op"). It also captures an op met in the middle of a
 segment that no known region continues (``Engine._capture``: run it now, record it) with the
 same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
 ``tracking.user_frame_token``'s rule, in C; ``record.record_run``; ``Engine._period``), and
