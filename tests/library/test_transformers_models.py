@@ -9,9 +9,13 @@ reference (tiles, grouped GEMMs) and AdamW's division by sqrt(v) amplifies last-
 (measured: weights within 5e-6).
 
 Default run: Mixtral in eager mode. The full matrix (both models × eager, adaptive, compiled)
-is ``slow``; adaptive runs with background compiling off (regions replayed per-op, as
-tests/device does), compiled is ``torch.compile(model, backend="neuron")`` in adaptive mode.
+is ``slow``; ``adaptive`` runs with background compiling off (regions replayed per-op, as
+tests/device does), ``adaptive-fused`` compiles each learnt region at once and runs it fused
+(the kernels are opaque calls inside inductor's programs), ``compiled`` is
+``torch.compile(model, backend="neuron")`` in adaptive mode.
 """
+import contextlib
+
 import pytest
 import torch
 
@@ -88,7 +92,7 @@ def reference(kind):
     return _refs[kind]
 
 
-def check(kind, mode, compiled=False):
+def check(kind, mode, compiled=False, fused=False):
     ref_losses, ref_state = reference(kind)
     model = build(kind, "neuron_attention", "neuron_moe")
     assert model.config._attn_implementation == "neuron_attention"
@@ -96,9 +100,19 @@ def check(kind, mode, compiled=False):
     neuron_lab.clear_op_tracking()
     graphs: list = []
     torch._dynamo.reset()
-    with knobs.COMPILE.scoped(False), neuron_lab.mode(mode):
+    with contextlib.ExitStack() as stack:
+        if fused:      # adaptive regions compiled at once and run fused from their next hit
+            neuron_lab.runtime.reset()
+            stack.enter_context(knobs.SYNC_COMPILE.scoped(True))
+            stack.enter_context(knobs.TRIALS.scoped(0))
+        else:
+            stack.enter_context(knobs.COMPILE.scoped(False))
+        stack.enter_context(neuron_lab.mode(mode))
         losses, state = train(model, "neuron", "neuron" if compiled else None, graphs)
+        stats = dict(neuron_lab.runtime.engine.stats)
     torch._dynamo.reset()
+    if fused:
+        assert stats["launches_fused"] > 0 and stats["compiles_failed"] == 0, stats
     assert losses == pytest.approx(ref_losses, rel=1e-5), (losses, ref_losses)
     for k, v in ref_state.items():
         torch.testing.assert_close(state[k], v, rtol=1e-4, atol=5e-5, msg=k)
@@ -117,11 +131,13 @@ def test_mixtral_trains_like_the_reference_eager():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
-@pytest.mark.parametrize("mode,compiled", [("eager", False), ("adaptive", False),
-                                           ("adaptive", True)],
-                         ids=["eager", "adaptive", "compiled"])
-def test_models_train_like_the_reference(kind, mode, compiled):
-    check(kind, mode, compiled)
+@pytest.mark.parametrize("mode,compiled,fused", [("eager", False, False),
+                                                 ("adaptive", False, False),
+                                                 ("adaptive", False, True),
+                                                 ("adaptive", True, False)],
+                         ids=["eager", "adaptive", "adaptive-fused", "compiled"])
+def test_models_train_like_the_reference(kind, mode, compiled, fused):
+    check(kind, mode, compiled, fused)
 
 
 def test_padding_mask_is_unpadded_into_packed_sequences(eager):
