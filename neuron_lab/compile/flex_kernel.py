@@ -6,9 +6,10 @@ FlexAttention is inference only, eager or compiled).
 
 Block-sparse as the fused kernels are: for each query block only the key/value blocks the
 ``BlockMask`` lists are gathered and computed — partial blocks (``kv_indices``, ``mask_mod``
-applied) and full blocks (``full_kv_indices``, no ``mask_mod``) — padded per launch to the
-largest count of any query block (``Launch.computed`` counts the padded slots, the work
-really done; ``Launch.needed`` the listed ones; ``Launch.total`` the dense grid). Within a
+applied) and full blocks (``full_kv_indices``, no ``mask_mod``). Query blocks go in at most
+``MAX_GROUPS`` groups by their block count, each padded to its longest list
+(``Launch.computed`` counts the padded slots, the work really done; ``Launch.needed`` the
+listed ones; ``Launch.total`` the dense grid). Within a
 block the math is ``_math_attention_inner``'s (PyTorch's eager reference): scores in float32,
 ``score_mod`` vectorised with ``vmap`` over every element, masked entries -inf, a safe softmax
 (fully masked rows give 0 and lse -inf), probabilities cast to the query's dtype for the
@@ -91,16 +92,16 @@ def _vmapped(fn: Callable, n_lead: int, n_bufs: int) -> Callable:
 
 
 class _Plan(NamedTuple):
-    """What a launch computes, from the block mask alone (no gradient flows through it)."""
+    """What a launch computes for one group of query blocks, from the block mask alone (no
+    gradient flows through it)."""
     bl: Blocks
-    n_q: int
+    qsel: Tensor           # [nG] the query blocks of this group
     n_kv: int
-    N: int                 # kv block slots per query block
-    idx: Tensor            # [B,Hq,nQ,N] kv block of each slot
-    valid: Tensor          # [B,Hq,nQ,qbs,N*kvbs] allowed pairs
-    empty: Tensor          # [B,Hq,nQ,qbs] rows with no allowed pair
+    N: int                 # kv block slots per query block of the group
+    idx: Tensor            # [B,Hq,nG,N] kv block of each slot
+    valid: Tensor          # [B,Hq,nG,qbs,N*kvbs] allowed pairs
+    empty: Tensor          # [B,Hq,nG,qbs] rows with no allowed pair
     flat: list | None      # b, h, q_idx, kv_idx per element (for score_mod), or None
-    launch: Launch
 
 
 def _is_identity(fn) -> bool:
@@ -113,7 +114,35 @@ def _is_identity(fn) -> bool:
     return False
 
 
-def _plan(q: Tensor, v: Tensor, bl: Blocks, mask_mod, mask_bufs, need_flat: bool) -> _Plan:
+MAX_GROUPS = 3
+
+
+def _groups(counts: list[int]) -> list[list[int]]:
+    """Query blocks in at most ``MAX_GROUPS`` groups (by kv block count), each padded to its own
+    longest list: the split with the fewest padded slots (a causal mask's 1..n blocks per
+    query block pad to n in one group, to far less in three)."""
+    order = sorted(range(len(counts)), key=lambda i: counts[i])
+    c = [counts[i] for i in order]
+    n = len(c)
+    best = (n * (c[-1] if c else 0), [n])
+    for i in range(1, n):
+        for j in range(i, n):
+            cuts = [i, j, n] if j > i else [i, n]
+            work, lo = 0, 0
+            for hi in cuts:
+                work += (hi - lo) * c[hi - 1]
+                lo = hi
+            if work < best[0]:
+                best = (work, cuts)
+    groups, lo = [], 0
+    for hi in best[1]:
+        groups.append(order[lo:hi])
+        lo = hi
+    return groups
+
+
+def _plan(q: Tensor, v: Tensor, bl: Blocks, mask_mod, mask_bufs, need_flat: bool):
+    """The launch: its groups of query blocks (``_Plan`` each) and its ``Launch`` figures."""
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
     B, Hq, L, _ = q.shape
@@ -122,55 +151,64 @@ def _plan(q: Tensor, v: Tensor, bl: Blocks, mask_mod, mask_bufs, need_flat: bool
     # a block longer than the sequence is one block (no mask: FlexAttention's 2**30 "blocks")
     bl = bl._replace(q_bs=min(bl.q_bs, L), kv_bs=min(bl.kv_bs, S))
     n_q, n_kv = -(-L // bl.q_bs), -(-S // bl.kv_bs)
-    idx, kind, needed = _slots(bl, n_kv)                 # [Bm,Hm,nQB',N]
-    idx, kind = idx[:, :, :n_q], kind[:, :, :n_q]
-    N = idx.shape[-1]
-    idx = idx.expand(B, Hq, n_q, N)
-    kind = kind.expand(B, Hq, n_q, N)
-    shape = (B, Hq, n_q, bl.q_bs, N * bl.kv_bs)
-    q_i = torch.arange(n_q * bl.q_bs, device=dev).view(1, 1, n_q, bl.q_bs, 1)
-    kv_i = (idx[..., None] * bl.kv_bs + torch.arange(bl.kv_bs, device=dev)).reshape(
-        B, Hq, n_q, 1, N * bl.kv_bs)
-    slot = kind.repeat_interleave(bl.kv_bs, dim=-1).view(B, Hq, n_q, 1, N * bl.kv_bs)
-    valid = (slot > 0) & (q_i < L) & (kv_i < S)
-    partial = mask_mod is not None and bool((kind == 1).any())
-    flat = None
-    if partial or need_flat:
-        b_i = torch.arange(B, device=dev).view(B, 1, 1, 1, 1)
-        h_i = torch.arange(Hq, device=dev).view(1, Hq, 1, 1, 1)
-        flat = [t.expand(shape).reshape(-1) for t in (b_i, h_i, q_i.clamp(max=L - 1),
-                                                       kv_i.clamp(max=S - 1))]
-    if partial:
-        with TransformGetItemToIndex():
-            m = _vmapped(mask_mod, 4, len(mask_bufs))(*flat, *mask_bufs).view(shape)
-        valid = valid & ((slot == 2) | m)
-    valid = valid.expand(shape)
+    idx_all, kind_all, needed = _slots(bl, n_kv)         # [Bm,Hm,nQB',N]
+    idx_all, kind_all = idx_all[:, :, :n_q], kind_all[:, :, :n_q]
+    counts = (kind_all > 0).sum(-1).amax(dim=(0, 1)).tolist()      # per query block
+    plans, computed = [], 0
+    for group in _groups(counts):
+        N = max(max(counts[i] for i in group), 1)
+        qsel = torch.tensor(group, dtype=torch.long, device=dev)
+        nG = len(group)
+        idx = idx_all[:, :, qsel, :N].expand(B, Hq, nG, N)
+        kind = kind_all[:, :, qsel, :N].expand(B, Hq, nG, N)
+        shape = (B, Hq, nG, bl.q_bs, N * bl.kv_bs)
+        q_i = (qsel[:, None] * bl.q_bs + torch.arange(bl.q_bs, device=dev)).view(
+            1, 1, nG, bl.q_bs, 1)
+        kv_i = (idx[..., None] * bl.kv_bs + torch.arange(bl.kv_bs, device=dev)).reshape(
+            B, Hq, nG, 1, N * bl.kv_bs)
+        slot = kind.repeat_interleave(bl.kv_bs, dim=-1).view(B, Hq, nG, 1, N * bl.kv_bs)
+        valid = (slot > 0) & (q_i < L) & (kv_i < S)
+        partial = mask_mod is not None and bool((kind == 1).any())
+        flat = None
+        if partial or need_flat:
+            b_i = torch.arange(B, device=dev).view(B, 1, 1, 1, 1)
+            h_i = torch.arange(Hq, device=dev).view(1, Hq, 1, 1, 1)
+            flat = [t.expand(shape).reshape(-1) for t in (b_i, h_i, q_i.clamp(max=L - 1),
+                                                           kv_i.clamp(max=S - 1))]
+        if partial:
+            with TransformGetItemToIndex():
+                m = _vmapped(mask_mod, 4, len(mask_bufs))(*flat, *mask_bufs).view(shape)
+            valid = valid & ((slot == 2) | m)
+        valid = valid.expand(shape)
+        plans.append(_Plan(bl, qsel, n_kv, N, idx, valid, ~valid.any(-1),
+                           flat if need_flat else None))
+        computed += B * Hq * nG * N
     Bm, Hm = bl.kv_num.shape[:2]
-    launch = Launch(computed=B * Hq * n_q * N, needed=needed * (B // Bm) * (Hq // Hm),
+    launch = Launch(computed=computed, needed=needed * (B // Bm) * (Hq // Hm),
                     total=B * Hq * n_q * n_kv)
-    return _Plan(bl, n_q, n_kv, N, idx, valid, ~valid.any(-1),
-                 flat if need_flat else None, launch)
+    return plans, launch
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, plan: _Plan, score_mod, scale: float,
-            score_bufs) -> tuple[Tensor, Tensor, Tensor]:
-    """The differentiable part: gather the planned blocks, score, mask, softmax, multiply."""
+def _attend_group(qb: Tensor, k: Tensor, v: Tensor, plan: _Plan, score_mod, scale: float,
+                  score_bufs, out_dtype):
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
-    B, Hq, L, E = q.shape
+    B, Hq = qb.shape[:2]
     Bkv, Hkv, S, Ev = v.shape
-    bl, n_q, n_kv, N = plan.bl, plan.n_q, plan.n_kv, plan.N
-    dev = q.device
-    wp = torch.float64 if q.dtype == torch.float64 else torch.float32
+    E = k.shape[-1]
+    bl, n_kv, N = plan.bl, plan.n_kv, plan.N
+    dev = qb.device
+    wp = torch.float64 if out_dtype == torch.float64 else torch.float32
     kb = _pad_to(k, 2, n_kv * bl.kv_bs).reshape(Bkv, Hkv, n_kv, bl.kv_bs, E)
     vb = _pad_to(v, 2, n_kv * bl.kv_bs).reshape(Bkv, Hkv, n_kv, bl.kv_bs, Ev)
     bi = (torch.arange(B, device=dev) if Bkv == B else torch.zeros(B, dtype=torch.long,
                                                                     device=dev)).view(B, 1, 1, 1)
     hi = (torch.arange(Hq, device=dev) // (Hq // Hkv)).view(1, Hq, 1, 1)
-    kg = kb[bi, hi, plan.idx].reshape(B, Hq, n_q, N * bl.kv_bs, E)   # gathered kv blocks
-    vg = vb[bi, hi, plan.idx].reshape(B, Hq, n_q, N * bl.kv_bs, Ev)
-    qb = _pad_to(q, 2, n_q * bl.q_bs).reshape(B, Hq, n_q, bl.q_bs, E)
-    scores = (qb.to(wp) @ kg.to(wp).transpose(-2, -1)) * scale       # [B,Hq,nQ,qbs,N*kvbs]
+    nG = plan.idx.shape[2]
+    kg = kb[bi, hi, plan.idx].reshape(B, Hq, nG, N * bl.kv_bs, E)    # gathered kv blocks
+    vg = vb[bi, hi, plan.idx].reshape(B, Hq, nG, N * bl.kv_bs, Ev)
+    qg = qb.index_select(2, plan.qsel)
+    scores = (qg.to(wp) @ kg.to(wp).transpose(-2, -1)) * scale       # [B,Hq,nG,qbs,N*kvbs]
     if plan.flat is not None:
         with TransformGetItemToIndex():
             scores = _vmapped(score_mod, 5, len(score_bufs))(
@@ -180,8 +218,27 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, plan: _Plan, score_mod, scale: floa
     lse = torch.where(empty, -math.inf, post.logsumexp(-1))
     mx = post.amax(-1)
     p = torch.where(empty[..., None], 0.0, torch.exp(post - lse.masked_fill(empty, 0)[..., None]))
-    out = p.to(q.dtype) @ vg.to(q.dtype)                              # [B,Hq,nQ,qbs,Ev]
-    out = out.reshape(B, Hq, n_q * bl.q_bs, Ev)[:, :, :L]
+    return p.to(out_dtype) @ vg.to(out_dtype), lse, mx              # [B,Hq,nG,qbs,Ev]
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, plans: list, score_mod, scale: float,
+            score_bufs) -> tuple[Tensor, Tensor, Tensor]:
+    """The differentiable part: per group, gather the planned blocks, score, mask, softmax,
+    multiply; then the query blocks back in order."""
+    B, Hq, L, E = q.shape
+    Ev = v.shape[-1]
+    q_bs = plans[0].bl.q_bs
+    n_q = -(-L // q_bs)
+    qb = _pad_to(q, 2, n_q * q_bs).reshape(B, Hq, n_q, q_bs, E)
+    parts = [_attend_group(qb, k, v, pl, score_mod, scale, score_bufs, q.dtype) for pl in plans]
+    if len(parts) == 1 and n_q == plans[0].qsel.numel():
+        out, lse, mx = parts[0]
+        inv = torch.argsort(plans[0].qsel)
+        out, lse, mx = (t.index_select(2, inv) for t in (out, lse, mx))
+    else:
+        inv = torch.argsort(torch.cat([pl.qsel for pl in plans]))
+        out, lse, mx = (torch.cat(ts, 2).index_select(2, inv) for ts in zip(*parts))
+    out = out.reshape(B, Hq, n_q * q_bs, Ev)[:, :, :L]
     return (out, lse.reshape(B, Hq, -1)[:, :, :L] / _LN2, mx.reshape(B, Hq, -1)[:, :, :L] / _LN2)
 
 
@@ -190,10 +247,10 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bl: Blocks, score_mod: Callable,
             record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """(out, lse / ln 2, max / ln 2) of FlexAttention for q [B,Hq,L,E], k [Bkv,Hkv,S,E],
     v [Bkv,Hkv,S,Ev] (GQA when Hq > Hkv; Bkv 1 broadcasts)."""
-    plan = _plan(q, v, bl, mask_mod, mask_bufs, need_flat=not _is_identity(score_mod))
+    plans, launch = _plan(q, v, bl, mask_mod, mask_bufs, need_flat=not _is_identity(score_mod))
     if record:
-        _last.launch = plan.launch
-    return _attend(q, k, v, plan, score_mod, scale, score_bufs)
+        _last.launch = launch
+    return _attend(q, k, v, plans, score_mod, scale, score_bufs)
 
 
 def backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None,
@@ -206,13 +263,13 @@ def backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor | None,
     score_bufs = list(score_bufs)
     which = [i for i, g in enumerate(buf_grad) if g and i < len(score_bufs)]
     with torch.no_grad():
-        plan = _plan(q, v, bl, mask_mod, mask_bufs, need_flat=not _is_identity(score_mod))
+        plans, _ = _plan(q, v, bl, mask_mod, mask_bufs, need_flat=not _is_identity(score_mod))
 
     def f(q_, k_, v_, *grad_bufs):
         bufs = list(score_bufs)
         for i, t in zip(which, grad_bufs):
             bufs[i] = t
-        out, lse, _ = _attend(q_, k_, v_, plan, score_mod, scale, bufs)
+        out, lse, _ = _attend(q_, k_, v_, plans, score_mod, scale, bufs)
         return out, lse
 
     with torch.enable_grad():
