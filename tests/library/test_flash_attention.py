@@ -173,6 +173,15 @@ def test_gradcheck_float64_on_the_host(small_tiles, kw):
                                     fast_mode=True)
 
 
+def test_full_gradcheck_on_a_tiny_shape(monkeypatch):
+    """Full (not fast-mode) gradcheck: every Jacobian entry, 4 x 4 tiles over T = 9, GQA."""
+    monkeypatch.setattr(fa_mod, "BLOCK_Q", 4)
+    monkeypatch.setattr(fa_mod, "BLOCK_K", 4)
+    q, k, v = _host(*qkv(b=1, h=2, hkv=1, t=9, d=3, device="cpu"))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: flash_attention(a, b, c, causal=True, window=6), (q, k, v))
+
+
 def test_gradcheck_dropout_and_packed_on_the_host(small_tiles):
     q, k, v = _host(*qkv(b=1, h=2, hkv=1, t=14, d=4, device="cpu"))
     cu = torch.tensor([0, 6, 14])
