@@ -188,12 +188,15 @@ def _parse_list(s: str) -> list[int]:
 
 def conditions() -> dict:
     """What a sample runs under: the distinct affinity masks of this process's threads and of
-    its live descendants, torch's intra-op threads, and whether the garbage collector is on."""
+    its live descendants (and how many of each), torch's intra-op threads, and whether the
+    garbage collector is on."""
     import torch
-    threads = {m for m in (_mask(f"/proc/self/task/{t}/status") for t in _tids()) if m is not None}
-    kids = {m for m in (_mask(f"/proc/{p}/status") for p in descendant_pids()) if m is not None}
+    tids, pids = _tids(), descendant_pids()
+    threads = {m for m in (_mask(f"/proc/self/task/{t}/status") for t in tids) if m is not None}
+    kids = {m for m in (_mask(f"/proc/{p}/status") for p in pids) if m is not None}
     return {"thread_masks": sorted(list(m) for m in threads),
             "child_masks": sorted(list(m) for m in kids),
+            "threads": len(tids), "children": len(pids),
             "torch_threads": torch.get_num_threads(), "gc_enabled": gc.isenabled()}
 
 
