@@ -120,8 +120,8 @@ def test_training_variants_and_explicit_optimizer():
         models.set_optimizer("foreach")
     _, opt, _ = models.make("mlp", peers.make(("native",))[0])
     assert opt.defaults["foreach"] is True
-    res = harness.run_workload(training.W3, peers.make(("native",)), harness.Config.make(True),
-                               log=lambda s: None)
+    tiny = harness.Config(quick=True, warm_s=0.05, sample_s=0.01, repeats=3, sampling_budget_s=0.5)
+    res = harness.run_workload(training.W3, peers.make(("native",)), tiny, log=lambda s: None)
     n = training.SYNCN
     for m in ("steps_per_s", "cpu_ms_per_step", f"steps_per_s_{n}", f"cpu_ms_per_step_{n}"):
         assert "median" in res["metrics"][m]["peers"]["native"], m
