@@ -22,7 +22,8 @@ def test_device_interface_registered():
 
 def test_codegen_registered_for_the_device():
     torch.compile(lambda x: x + 1, backend="neuron")(torch.ones(2, device="neuron"))
-    from torch._inductor.codegen.common import get_scheduling_for_device, get_wrapper_codegen_for_device
+    from torch._inductor.codegen.common import (get_scheduling_for_device,
+                                                get_wrapper_codegen_for_device)
     assert get_scheduling_for_device("neuron") is not None
     assert get_wrapper_codegen_for_device("neuron") is not None
 
