@@ -45,6 +45,34 @@ _config.validate_environment()   # every NEURON_LAB_* knob is now defined: fail 
 _ready = True
 
 
+def _load_library():
+    import importlib
+    return importlib.import_module(".library", __name__)
+
+
+# The kernel library (``neuron_lab.library``) loads on first use, or as soon as Transformers is
+# imported, which is where its attention and experts implementations register: importing it
+# here would add its import time to every ``import torch``.
+from .after_import import when_imported as _when_imported  # noqa: E402
+
+def _load_library_for_transformers(_module) -> None:
+    try:
+        _load_library()
+    except Exception as e:          # noqa: BLE001 - never break `import transformers`
+        import warnings
+        warnings.warn(f"neuron_lab: the kernel library did not load, so Transformers has no "
+                      f"'neuron_attention' or 'neuron_moe': {e}", RuntimeWarning, stacklevel=2)
+
+
+_when_imported("transformers", _load_library_for_transformers)
+
+
+def __getattr__(name: str):
+    if name == "library":
+        return _load_library()
+    raise AttributeError(f"module 'neuron_lab' has no attribute {name!r}")
+
+
 def set_fallback(policy: str) -> None:
     """float64/complex policy: "host" (run on the host, record), "warn" (also warn once per op
     and location) or "error" (raise naming the op and the fix). Env: NEURON_LAB_FALLBACK."""

@@ -1,6 +1,8 @@
 """``when_imported(name, fn)``: call ``fn(module)`` once module ``name`` has been imported.
 
-The library connects to Transformers' registries and to the cost model without importing
+A leaf every layer may import. The package loads ``neuron_lab.library`` when Transformers is
+imported (so ``attn_implementation="neuron_attention"`` works without importing the library),
+and the library connects to Transformers' registries and to the cost model without importing
 either itself (both are heavy, and the cost model lives in a layer that must not import the
 library): if the module is loaded already, ``fn`` runs now; otherwise an import hook runs it
 right after the module's code has executed, and then removes itself.

@@ -32,7 +32,7 @@ import torch
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 from . import attention_tiles as tiles
-from .after_import import when_imported
+from ..after_import import when_imported
 
 _COST_MODEL = "neuron_lab.telemetry.cost_model"
 

@@ -17,7 +17,7 @@
   ``neuron_moe_stats`` (routed and dropped assignments per expert).
 
 ``register()`` runs when ``transformers.modeling_utils`` is imported (``install()``, through
-after_import.py; at once if it is imported already), so neither order of imports needs a call
+neuron_lab/after_import.py; at once if it is imported already), so neither order of imports needs a call
 from the user.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-from .after_import import when_imported
+from ..after_import import when_imported
 
 ATTENTION = "neuron_attention"
 EXPERTS = "neuron_moe"
