@@ -17,7 +17,8 @@ shared timeline, which the views draw at their own pace). On exit, under ``out_d
   docs/telemetry.md ("Export schema").
 
 The block ends with ``runtime.sync("profile-end")`` so its queued work is inside the profile.
-Every op of the block is priced on the modelled chip (trn2 unless NEURON_LAB_CHIP says trn3) (``estimate.OpCosts``; ``Profile.modelled``:
+Every op of the block is priced on the modelled chip (trn2 unless NEURON_LAB_CHIP says trn3;
+``estimate.OpCosts``; ``Profile.modelled``:
 launches, modelled_s, bytes, flops, ops, each recognised region as one fused launch), and each
 launch row gets ``modelled_s``, ``bytes``, ``flops`` of its region as one fused launch.
 """

@@ -20,7 +20,8 @@ p = torch.neuron.get_device_properties(0)
 host_half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 m = neuron_lab.cost_model()
 print(json.dumps({"name": p.name, "bw": p.memory_bandwidth, "cores": p.multi_processor_count,
-                  "hbm": p.hbm_bytes, "total": p.total_memory, "free_total": torch.neuron.mem_get_info()[1],
+                  "hbm": p.hbm_bytes, "total": p.total_memory,
+                  "free_total": torch.neuron.mem_get_info()[1],
                   "expected_capacity": min(p.hbm_bytes, host_half), "major": p.major,
                   "model": m.chip, "model_bw": m.params.hbm_bytes_per_s,
                   "summary": torch.neuron.memory_summary().splitlines()[1],

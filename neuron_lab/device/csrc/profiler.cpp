@@ -32,7 +32,8 @@
 #ifndef NDEBUG  // libtorch's build: at::RecordFunction's layout has debug-only fields without it
 #define NDEBUG
 #endif
-#ifndef FMT_HEADER_ONLY  // GenericTraceActivity::addMetadata formats with fmt, which libtorch does not export
+// GenericTraceActivity::addMetadata formats with fmt, whose symbols libtorch does not export
+#ifndef FMT_HEADER_ONLY
 #define FMT_HEADER_ONLY
 #endif
 #ifndef USE_KINETO
@@ -50,6 +51,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <memory>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -94,16 +96,24 @@ std::atomic<int64_t> pushes{0};   // torch's correlation ids of the open ops
 struct RangeSeen { int64_t start_ns = 0, end_ns = 0; uint64_t corr = 0; bool set = false; };
 thread_local RangeSeen last_range;     // the last region launch range that closed here
 
+// One open op on this thread. Shared: an op's range can end out of order (a user range closed by
+// the `_record_function_exit` op nested in it) or on another thread, so the stack of open ops
+// never holds a pointer that its owner may free.
+struct Frame {
+  bool neuron = false, child = false;
+  std::string name;        // a neuron op's (its nested ops compare theirs with it)
+  uint64_t inner = 0;      // the id of a nested op of the same name (the host executor's op)
+};
+constexpr size_t kMaxOpen = 4096;      // past this, ranges that never closed here: forget them
+thread_local std::vector<std::shared_ptr<Frame>> open_ops;
+
 struct OpContext : at::ObserverContext {
   int64_t start_ns = 0;
   size_t depth = 0;        // corr_stack's size when the op was entered
-  bool neuron = false, child = false, range = false;
+  bool range = false;
   int64_t in_bytes = 0, k = 0;   // read at entry: RecordFunction's inputs are valid only there
-  std::string name;        // a neuron op's (its nested ops compare theirs with it)
-  uint64_t inner = 0;      // the id of a nested op of the same name (the host executor's op)
-  OpContext* parent = nullptr;
+  std::shared_ptr<Frame> frame = std::make_shared<Frame>();
 };
-thread_local OpContext* open_op = nullptr;
 
 bool has_neuron(const c10::IValue& v) {
   if (v.isTensor()) {
@@ -181,22 +191,23 @@ bool is_launch_range(const std::string& name) {
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!recording.load(std::memory_order_relaxed)) return nullptr;
   auto ctx = std::make_unique<OpContext>();
+  Frame& f = *ctx->frame;
   ctx->depth = corr_stack.size();
   if (fn.scope() == at::RecordScope::USER_SCOPE) {
     ctx->range = is_launch_range(fn.name());
   } else {
     auto ins = fn.needsInputs() ? fn.inputs() : c10::ArrayRef<const c10::IValue>();
     for (const auto& v : ins)
-      if (has_neuron(v)) { ctx->neuron = true; break; }
-    if (ctx->neuron) {
-      ctx->name = fn.name();
+      if (has_neuron(v)) { f.neuron = true; break; }
+    if (f.neuron) {
+      f.name = fn.name();
       for (const auto& v : ins) ctx->in_bytes += tensor_bytes(v);
       ctx->k = contraction(fn.name(), ins);
     }
   }
-  ctx->parent = open_op;
-  if (ctx->neuron && open_op != nullptr) open_op->child = true;
-  open_op = ctx.get();
+  if (open_ops.size() >= kMaxOpen) open_ops.clear();
+  if (f.neuron && !open_ops.empty()) open_ops.back()->child = true;
+  open_ops.push_back(ctx->frame);
   ctx->start_ns = c10::getTime();
   return ctx;
 }
@@ -205,7 +216,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* c) {
   auto* ctx = static_cast<OpContext*>(c);
   if (ctx == nullptr) return;
   int64_t end = c10::getTime();
-  if (open_op == ctx) open_op = ctx->parent;
+  const Frame& f = *ctx->frame;
+  std::shared_ptr<Frame> parent;       // the op it was nested in, if it closed in order here
+  for (size_t i = open_ops.size(); i-- > 0;) {
+    if (open_ops[i] == ctx->frame) {
+      if (i > 0) parent = open_ops[i - 1];
+      open_ops.erase(open_ops.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
   // this op's id: pushed after our entry (torch's callback runs after global ones)
   uint64_t corr = corr_stack.size() > ctx->depth ? corr_stack[ctx->depth] : 0;
   if (ctx->range) {
@@ -215,11 +234,10 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* c) {
   // The neuron kernel runs the same op on the executor's tensors, nested. torch's tables fold an
   // op into its parent of the same name (EventList._remove_dup_nodes keeps the inner op's
   // device time only): link the launch to the inner op then.
-  OpContext* parent = ctx->parent;
   if (parent != nullptr && parent->neuron && parent->inner == 0 && corr != 0 &&
       parent->name == fn.name())
     parent->inner = corr;
-  if (!ctx->neuron || ctx->child || !eager_ops.load(std::memory_order_relaxed) ||
+  if (!f.neuron || f.child || !eager_ops.load(std::memory_order_relaxed) ||
       !recording.load(std::memory_order_relaxed))
     return;
   Launch l;
@@ -227,7 +245,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* c) {
   l.kind = "op";
   l.start_ns = ctx->start_ns;
   l.end_ns = end;
-  l.corr = ctx->inner != 0 ? ctx->inner : corr;
+  l.corr = f.inner != 0 ? f.inner : corr;
   l.thread = lk::systemThreadId();
   auto outs = fn.needsOutputs() ? fn.outputs() : c10::ArrayRef<c10::IValue>();
   l.bytes = ctx->in_bytes;
