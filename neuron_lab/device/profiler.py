@@ -3,7 +3,7 @@
 The C++ half is a Kineto ``IActivityProfiler`` registered with PyTorch's PrivateUse1 profiler
 registry: with ``ProfilerActivity.PrivateUse1`` requested, each launch on ``neuron`` becomes a
 device event. It needs three things it cannot know itself, all handed over when a profiling
-session starts, by whoever the façade names (``on_session_start``): the telemetry layer sets the
+session starts, by whoever the façade names (``on_session_start``; told again when it stops): the telemetry layer sets the
 chip's parameters for the model, whether eager ops are launches (the mode), and completes the
 adaptive runtime's region launches with their costs. The device layer never imports telemetry:
 ``neuron_lab/__init__.py`` passes the module's *name*, imported only when a session starts.
@@ -34,20 +34,22 @@ def location() -> str:
     return tracking.format_location(tracking.user_frame_token(1))[0]
 
 
-def _started() -> None:
+def _session(started: bool) -> None:
     if _module is not None:
-        importlib.import_module(_module).session_started()
+        m = importlib.import_module(_module)
+        m.session_started() if started else m.session_stopped()
 
 
 def on_session_start(module: str) -> None:
-    """At every profiling session's start, call ``module.session_started()`` (imported then)."""
+    """At every profiling session's start and stop, call ``module.session_started()`` /
+    ``module.session_stopped()`` (the module is imported at the first start)."""
     global _module
     e = ext()
     if e is None:
         return
     _module = module
     e.profiler_set_locator(location)
-    e.profiler_set_on_start(_started)
+    e.profiler_set_on_session(_session)
 
 
 def registered() -> bool:

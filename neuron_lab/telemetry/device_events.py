@@ -30,7 +30,8 @@ from .costing import region_cost
 
 NAME_OPS = 4          # op names shown in a region launch's event name
 
-_installed = False
+_watching = False           # the mode knob is watched (once per process)
+_unsubscribe = None         # listening to the runtime's launches: only while a session records
 
 
 class DeviceLaunch(NamedTuple):
@@ -106,8 +107,8 @@ def _device_properties() -> dict:
 
 def session_started() -> None:
     """A profiling session with device activities starts: hand the C++ the chip and the mode,
-    and listen for the runtime's launches (once per process)."""
-    global _installed
+    and listen for the runtime's launches until it stops."""
+    global _watching, _unsubscribe
     e = _ext()
     if e is None:
         return
@@ -115,10 +116,19 @@ def session_started() -> None:
     e.profiler_set_chip(m.chip, m.params.hbm_bytes_per_s, m.params.launch_overhead_s,
                         m.peak("float32"), json.dumps(_device_properties()))
     _follow_mode()
-    if not _installed:
+    if not _watching:
         knobs.MODE.watch(_follow_mode)
-        events.subscribe(_on_event)
-        _installed = True
+        _watching = True
+    if _unsubscribe is None:
+        _unsubscribe = events.subscribe(_on_event)
+
+
+def session_stopped() -> None:
+    """The session stopped: stop listening (the bus is quiet again when nobody profiles)."""
+    global _unsubscribe
+    if _unsubscribe is not None:
+        _unsubscribe()
+        _unsubscribe = None
 
 
 def device_launches() -> list[DeviceLaunch]:

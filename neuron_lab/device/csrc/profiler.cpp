@@ -89,7 +89,7 @@ Chip chip;
 std::string chip_name = "trn2";
 std::string device_properties;          // the trace's deviceProperties entry (JSON object)
 PyObject* locator = nullptr;           // fn() -> the user's line (str), for eager ops
-PyObject* on_start = nullptr;          // fn(): a session starts (the telemetry layer sets up)
+PyObject* on_session = nullptr;        // fn(started: bool): a session starts or stops
 
 thread_local std::vector<uint64_t> corr_stack;
 std::atomic<int64_t> pushes{0};   // torch's correlation ids of the open ops
@@ -174,13 +174,13 @@ std::string call_locator() {
   }
 }
 
-void call_on_start() {
-  if (on_start == nullptr || !Py_IsInitialized()) return;
+void call_on_session(bool started) {
+  if (on_session == nullptr || !Py_IsInitialized()) return;
   py::gil_scoped_acquire gil;
   try {
-    py::reinterpret_borrow<py::object>(on_start)();
+    py::reinterpret_borrow<py::object>(on_session)(started);
   } catch (py::error_already_set& e) {
-    e.discard_as_unraisable("neuron_lab profiler session start");
+    e.discard_as_unraisable("neuron_lab profiler session start/stop");
   }
 }
 
@@ -292,7 +292,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
       launches.clear();
     }
     if (device_) {
-      call_on_start();
+      call_on_session(true);
       install_callback();
       recording = true;
     }
@@ -302,6 +302,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
   void stop() override {
     recording = false;
     remove_callback();
+    if (device_) call_on_session(false);
     status_ = lk::TraceStatus::PROCESSING;
   }
 
@@ -455,10 +456,10 @@ void init_profiler(py::module_& m) {
     Py_XDECREF(locator);
     locator = fn.is_none() ? nullptr : fn.release().ptr();
   });
-  m.def("profiler_set_on_start", [](py::object fn) {
-    Py_XDECREF(on_start);
-    on_start = fn.is_none() ? nullptr : fn.release().ptr();
-  });
+  m.def("profiler_set_on_session", [](py::object fn) {
+    Py_XDECREF(on_session);
+    on_session = fn.is_none() ? nullptr : fn.release().ptr();
+  }, "fn(started: bool), called when a session with device activities starts and stops");
   m.def("profiler_record_launch",
         [](const std::string& name, const std::string& kind, int64_t region, int64_t ops,
            double seconds, double modelled_s, int64_t bytes, double flops,
