@@ -105,3 +105,14 @@ def test_tensorboard_trace_handler_writes_the_device_track(tmp_path):
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
     assert kernels and all({"device", "stream", "correlation", "External id"} <= set(e["args"])
                            for e in kernels)
+
+
+def test_eager_views_are_no_launch_but_in_place_ops_are():
+    x = torch.randn(8, 8, device="neuron")
+    with neuron_lab.mode("eager"):
+        with profile(activities=ACTS) as prof:
+            x.t()
+            x.view(64)
+            x.t().contiguous()
+            x.add_(1)
+    assert [e.name for e in _device(prof)] == ["aten::clone", "aten::add_"]

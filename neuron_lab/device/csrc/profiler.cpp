@@ -50,6 +50,7 @@
 #include <c10/util/ApproximateClock.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <cmath>
@@ -112,6 +113,8 @@ struct OpContext : at::ObserverContext {
   size_t depth = 0;        // corr_stack's size when the op was entered
   bool range = false;
   int64_t in_bytes = 0, k = 0;   // read at entry: RecordFunction's inputs are valid only there
+  std::vector<const c10::TensorImpl*> in_tensors;     // its neuron inputs (views are no launch)
+  std::vector<const c10::StorageImpl*> in_storages;
   std::shared_ptr<Frame> frame = std::make_shared<Frame>();
 };
 
@@ -188,6 +191,25 @@ bool is_launch_range(const std::string& name) {
   return name.rfind("neuron::fused[", 0) == 0 || name.rfind("neuron::per-op[", 0) == 0;
 }
 
+// A view op returns new tensors on an input's storage; an in-place op returns the input itself
+// (a kernel ran); anything else has storage of its own.
+bool is_view(c10::ArrayRef<c10::IValue> outs, const OpContext& ctx) {
+  bool any = false;
+  for (const auto& v : outs) {
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().has_storage()) continue;
+    const auto& t = v.toTensor();
+    const auto* impl = t.unsafeGetTensorImpl();
+    const auto* st = t.storage().unsafeGetStorageImpl();
+    bool same_tensor = std::find(ctx.in_tensors.begin(), ctx.in_tensors.end(), impl) !=
+                       ctx.in_tensors.end();
+    bool shared = std::find(ctx.in_storages.begin(), ctx.in_storages.end(), st) !=
+                  ctx.in_storages.end();
+    if (same_tensor || !shared) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!recording.load(std::memory_order_relaxed)) return nullptr;
   auto ctx = std::make_unique<OpContext>();
@@ -201,7 +223,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       if (has_neuron(v)) { f.neuron = true; break; }
     if (f.neuron) {
       f.name = fn.name();
-      for (const auto& v : ins) ctx->in_bytes += tensor_bytes(v);
+      for (const auto& v : ins) {
+        ctx->in_bytes += tensor_bytes(v);
+        if (v.isTensor() && v.toTensor().defined() && v.toTensor().has_storage()) {
+          ctx->in_tensors.push_back(v.toTensor().unsafeGetTensorImpl());
+          ctx->in_storages.push_back(v.toTensor().storage().unsafeGetStorageImpl());
+        }
+      }
       ctx->k = contraction(fn.name(), ins);
     }
   }
@@ -248,6 +276,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* c) {
   l.corr = f.inner != 0 ? f.inner : corr;
   l.thread = lk::systemThreadId();
   auto outs = fn.needsOutputs() ? fn.outputs() : c10::ArrayRef<c10::IValue>();
+  if (is_view(outs, *ctx)) return;     // a view of an input (t, view, slice...): no kernel
   l.bytes = ctx->in_bytes;
   for (const auto& v : outs) l.bytes += tensor_bytes(v);
   double n = numel_out(outs);
