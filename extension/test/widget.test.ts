@@ -37,7 +37,7 @@ describe('renderPanel', () => {
     expect((rows[0].querySelector('[data-nl="modelled"]') as HTMLElement).textContent).toBe('—'); // nothing priced
     expect((rows[1].querySelector('[data-nl="modelled"]') as HTMLElement).textContent).toBe('420 µs');
     expect(q(el, 'hit-rate')!.textContent).toBe('50%');
-    expect(q(el, 'hello')!.textContent).toContain('neuron:0 on cpu');
+    expect(q(el, 'hello')!.textContent).toContain('neuron:0 Trainium2 on cpu'); // no chip in the hello: trn2
     expect(el.querySelector('polyline')).not.toBeNull();
   });
 

@@ -1,6 +1,8 @@
 """``runtime.switch_state``: the engine holds one set of learned regions at a time; a state put
 aside keeps its regions, programs and counters, and comes back as it was (the benchmark's
 neuron peers each run with their own regions in one process)."""
+import math
+
 import torch
 
 from neuron_lab import runtime
@@ -15,11 +17,17 @@ def _loop(x, steps=4, k=1.5):
     return outs
 
 
+def _close(xs, ys) -> bool:
+    """Fused programs equal CPU within float32 rounding (their reductions may sum in another
+    order): relative 1e-6."""
+    return len(xs) == len(ys) and all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(xs, ys))
+
+
 def test_each_state_keeps_its_regions(fresh_engine):
     a, b = torch.randn(64), torch.randn(16, 8)
     na, nb = a.to("neuron"), b.to("neuron")
     with knobs.TRIALS.scoped(0):
-        assert _loop(na) == _loop(a)
+        assert _close(_loop(na), _loop(a))
         mine = runtime.stats()
         assert mine["misses"] >= 1 and runtime.regions()
         theirs = runtime.switch_state(None)          # a fresh engine: nothing learned
@@ -27,7 +35,7 @@ def test_each_state_keeps_its_regions(fresh_engine):
         _loop(nb, k=0.5)
         other = runtime.switch_state(theirs)         # the first state again
         assert runtime.stats()["misses"] == mine["misses"]
-        assert _loop(na) == _loop(a)
+        assert _close(_loop(na), _loop(a))
         after = runtime.stats()
         assert after["misses"] == mine["misses"]     # its region hit: nothing recaptured
         assert after["hits"] > mine["hits"] and after["launches_fused"] > mine["launches_fused"]

@@ -13,7 +13,7 @@ import torch
 
 import neuron_lab
 from neuron_lab import runtime
-from neuron_lab.runtime import knobs
+from neuron_lab.runtime import knobs, worker
 from neuron_lab.runtime.launch_queue import Job, LaunchQueue
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -21,6 +21,9 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 
 @pytest.fixture
 def fused():
+    # compiles an earlier test left in the background make launches run inline (a launch waits
+    # for the queue while the worker is busy): start with none
+    worker.wait(300)
     with knobs.COMPILE.scoped(True), knobs.TRIALS.scoped(0), knobs.COMPILE_AFTER.scoped(1):
         yield
 
