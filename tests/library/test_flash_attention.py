@@ -22,16 +22,6 @@ fa_mod = importlib.import_module("neuron_lab.library.flash_attention")   # the m
 OPS = torch.ops.neuron_lab
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small shapes: per-op cost dominates, and two host threads on a busy 2-core machine spin
-    against each other (measured 10x slower per kernel call); the results do not depend on it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture
 def small_tiles(monkeypatch):
     monkeypatch.setattr(fa_mod, "BLOCK_Q", 16)

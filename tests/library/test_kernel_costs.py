@@ -22,14 +22,6 @@ cost_model = importlib.import_module("neuron_lab.telemetry.cost_model")   # (the
 OPS = torch.ops.neuron_lab
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def qkv(t=256, h=4, hkv=2, d=32):
     return (torch.randn(1, h, t, d).to("neuron"), torch.randn(1, hkv, t, d).to("neuron"),
             torch.randn(1, hkv, t, d).to("neuron"))

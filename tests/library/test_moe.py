@@ -14,15 +14,6 @@ OPS = torch.ops.neuron_lab
 N, D, I, E, K = 13, 8, 6, 5, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small shapes: two host threads on a busy 2-core machine spin against each other."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def data(device="neuron", dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     mk = lambda *s: torch.randn(*s, generator=g).to(dtype).to(device).requires_grad_()  # noqa

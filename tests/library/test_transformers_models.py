@@ -32,15 +32,6 @@ KERNELS = ("neuron_lab::flash_attention_fwd", "neuron_lab::flash_attention_bwd",
 DYNAMO_NODES = {"flash_attention_fwd", "moe_permute", "grouped_gemm", "moe_unpermute"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small shapes: two host threads on a busy 2-core machine spin against each other."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def config(kind: str):
     common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, num_experts_per_tok=2, max_position_embeddings=64)
