@@ -7,7 +7,6 @@ modelled HBM traffic is compared with the unfused math path's.
 """
 import importlib
 
-import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
