@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NEURON_LAB_SKIP_BROWSER=1 bash scripts/setup.sh
 VENV=${NEURON_LAB_VENV:-.venv}
-exec "$VENV/bin/jupyter" lab --notebook-dir=. tutorials/01_getting_started.ipynb "$@"
+ROOT_FLAG=()
+[ "$(id -u)" = "0" ] && ROOT_FLAG=(--allow-root)   # containers and VMs often run as root
+exec "$VENV/bin/jupyter" lab --notebook-dir=. "${ROOT_FLAG[@]}" tutorials/01_getting_started.ipynb "$@"
