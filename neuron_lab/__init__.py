@@ -23,9 +23,19 @@ def _autoload() -> None:
         _register()
 
 
+import gc as _gc  # noqa: E402
+
 from .device import register as _register  # noqa: E402
 
-_register()
+# Registration makes a hundred thousand objects (a kernel and its facts per ATen op) that live as
+# long as the process: the cycle collector's passes over them at import would find nothing.
+_collecting = _gc.isenabled()
+_gc.disable()
+try:
+    _register()
+finally:
+    if _collecting:
+        _gc.enable()
 
 from .device import config as _config  # noqa: E402
 from .device.custom_kernels import kernel  # noqa: E402

@@ -8,8 +8,9 @@ new empty ``HOME`` (no cache of any kind carried over) and the environment other
   ``neuron``): the difference is what neuron_lab adds to every ``import torch``;
 - ``import neuron_lab`` in a fresh HOME, and the first op on the device after it.
 
-Wall seconds and CPU seconds (user + system, the child's own) are both printed: on a busy machine
-only the CPU figures carry over.
+For each: the import's own seconds, timed inside the child around the statement (what a user
+waits for), and the whole process's wall and CPU seconds (user + system; interpreter start and
+exit included): on a busy machine only the CPU figures carry over.
 """
 from __future__ import annotations
 
@@ -34,8 +35,12 @@ CASES = {
 
 
 class Sample(NamedTuple):
-    wall_s: float
+    import_s: float      # the statement itself, timed in the child
+    wall_s: float        # the whole process
     cpu_s: float
+
+
+_TIMED = "import time\n_t0 = time.perf_counter()\n{code}\nprint(time.perf_counter() - _t0)\n"
 
 
 def _run(autoload: str, code: str) -> Sample:
@@ -43,11 +48,12 @@ def _run(autoload: str, code: str) -> Sample:
         env = dict(os.environ, HOME=home, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        out = subprocess.run([sys.executable, "-c", _TIMED.format(code=code)], env=env,
+                             check=True, capture_output=True, text=True).stdout
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Sample(wall, cpu)
+    return Sample(float(out.split()[-1]), wall, cpu)
 
 
 def measure(runs: int) -> dict[str, dict[str, float]]:
@@ -56,12 +62,11 @@ def measure(runs: int) -> dict[str, dict[str, float]]:
     for _ in range(runs):
         for name, (autoload, code) in CASES.items():
             samples[name].append(_run(autoload, code))
-    out = {name: {"wall_s": statistics.median(s.wall_s for s in ss),
-                  "cpu_s": statistics.median(s.cpu_s for s in ss)}
+    out = {name: {field: statistics.median(getattr(s, field) for s in ss)
+                  for field in Sample._fields}
            for name, ss in samples.items()}
     base, on = out["import torch (autoload off)"], out["import torch (autoload on)"]
-    out["autoload adds"] = {"wall_s": on["wall_s"] - base["wall_s"],
-                            "cpu_s": on["cpu_s"] - base["cpu_s"]}
+    out["autoload adds"] = {field: on[field] - base[field] for field in Sample._fields}
     return out
 
 
@@ -74,7 +79,8 @@ def main(argv=None) -> None:
     print(f"medians of {args.runs} fresh interpreters, load {os.getloadavg()[0]:.2f}, "
           f"{os.cpu_count()} CPUs")
     for name, fig in out.items():
-        print(f"  {name:32s} wall {fig['wall_s']:6.2f} s   cpu {fig['cpu_s']:6.2f} s")
+        print(f"  {name:32s} import {fig['import_s']:6.2f} s   process: wall "
+              f"{fig['wall_s']:6.2f} s, cpu {fig['cpu_s']:6.2f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": args.runs, "load": os.getloadavg()[0], "figures": out}, f,

@@ -56,9 +56,12 @@ class OpFacts:
         self.op = op
         self.base = schema.name.split("::", 1)[1]
         self.name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
-        args = schema.arguments
+        args = schema.arguments          # each read of these builds new objects: read once
+        returns = schema.returns
+        ret_types = [str(r.type) for r in returns]
+        takes_generator = any(str(a.type).startswith("Generator") for a in args)
         pos = [a for a in args if not a.kwarg_only]
-        self.ret_alias = tuple(self._alias_of(r, args, pos) for r in schema.returns)
+        self.ret_alias = tuple(self._alias_of(r, args, pos) for r in returns)
         self.mutates = tuple(i for i, a in enumerate(args)
                              if a.alias_info is not None and a.alias_info.is_write)
         self.written_kw = frozenset(a.name for a in args if a.kwarg_only and a.alias_info is not None
@@ -69,17 +72,17 @@ class OpFacts:
                          or self.base in ("set_", "_copy_from_and_resize")
                          or any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
                                 for a in args))
-        self.random = (any(str(a.type).startswith("Generator") for a in args)
+        self.random = (takes_generator
                        or self.base in RANDOM or torch.Tag.nondeterministic_seeded in self.tags)
         # random only through dropout (SDPA's kernels take ``dropout_p`` and are tagged
         # nondeterministic_seeded): (position, name) of dropout_p; ``draws_random`` reads it
         self.dropout_at = next(((i, a.name) for i, a in enumerate(args) if a.name == "dropout_p"),
-                               None) if self.random and self.base not in RANDOM and not any(
-            str(a.type).startswith("Generator") for a in args) else None
+                               None) if (self.random and self.base not in RANDOM
+                                         and not takes_generator) else None
         self.data_dependent = self.base in DATA_DEPENDENT
         self.mixed_ok = self.base in MIXED_OK or self.name in MIXED_OK_OVERLOADS
         self.has_device_kw = any(a.name == "device" for a in args)
-        self.n_returns = len(schema.returns)
+        self.n_returns = len(returns)
         self.call = op._op                 # the C++ entry point, without OpOverload.__call__
         # what runs on the host (eager, replay) and in a fused program's graph: the op, or the
         # way the device computes a dtype its host kernel lacks (host_gaps)
@@ -89,7 +92,7 @@ class OpFacts:
         self.target = gap or op
         # one plain Tensor return that aliases nothing, and no device kwarg to honour
         self.fresh = (self.n_returns == 1 and self.ret_alias[0] is None and not self.has_device_kw
-                      and str(schema.returns[0].type) == "Tensor")
+                      and ret_types[0] == "Tensor")
         # autograd's zero gradients: a host ZeroTensor has no bytes behind it (see kernels)
         self.zero_tensor = self.base == "_efficientzerotensor"
         self.floats_are_data = (torch.Tag.pointwise in self.tags or self.base in FLOAT_VALUE_OPS
@@ -108,10 +111,10 @@ class OpFacts:
                             and not self.per_call and self.fresh and not self.zero_tensor else 0)
         # what the native direct kernel runs in eager mode without entering Python
         # (csrc/direct.cpp), or None: see ``_direct``
-        self.direct = self._direct(schema, gap)
+        self.direct = self._direct(ret_types, gap)
         self.direct_kernel = False     # registry: the direct kernel is this op's (aten ops only)
 
-    def _direct(self, schema, gap) -> str | None:
+    def _direct(self, ret_types: list, gap) -> str | None:
         """``"new"`` (a plain op that writes no argument), ``"view"`` (a view of argument
         ``ret_alias[0][0]``: ``view``, ``t``, ``slice``...), ``"in_place"`` (a pointwise op
         writing its ``self``: ``add_``, ``mul_``...) or ``"new_tuple"`` (several new tensors
@@ -130,10 +133,10 @@ class OpFacts:
                 or self.zero_tensor or self.has_device_kw or self.written_kw
                 or self.base in UNDECLARED_WRITES):
             return None
-        if (self.n_returns > 1 and all(str(r.type) == "Tensor" for r in schema.returns)
+        if (self.n_returns > 1 and all(t == "Tensor" for t in ret_types)
                 and not any(self.ret_alias) and not self.mutates):
             return "new_tuple"
-        if self.per_call or self.n_returns != 1 or str(schema.returns[0].type) != "Tensor":
+        if self.per_call or self.n_returns != 1 or ret_types[0] != "Tensor":
             return None
         alias = self.ret_alias[0]
         if (self.plain or self.direct_size) and not self.mutates:

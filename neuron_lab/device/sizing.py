@@ -65,10 +65,17 @@ def _fill_dtype(value) -> torch.dtype:
     return torch.get_default_dtype()
 
 
+# every op name ``sizer`` knows (with the ``*_like`` factories)
+_SIZED = frozenset(_SIZE_FACTORIES) | frozenset(_COPIES) | {
+    "arange", "linspace", "logspace", "eye", "randperm", "repeat", "cat"}
+
+
 def sizer(op: torch._ops.OpOverload) -> Sizer | None:
     """The bytes ``op`` will allocate for its output, from its arguments; None if unknown."""
     schema = op._schema
     base = schema.name.split("::", 1)[1]
+    if not (base in _SIZED or base.endswith("_like")):
+        return None         # the common case, decided before reading the schema's arguments
     names = {a.name for a in schema.arguments}
     dtype_of = _getter(schema, "dtype") if "dtype" in names else (lambda a, k: None)
     if base in _SIZE_FACTORIES and "size" in names:
