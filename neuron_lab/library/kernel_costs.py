@@ -146,24 +146,25 @@ def _kept_rows(offsets, m: int) -> tuple[int, int | None]:
     return int(vals[-1]), active
 
 
-def gemm_cost(a: dict) -> tuple[int, float]:
+def _gemm_terms(a: dict) -> tuple[int, int, int, int, int]:
+    """(rows kept, k, n, activation item size, bytes of the weights of the experts used) of a
+    grouped GEMM's arguments."""
     x, w = a["x"], a["w"]
     m, kdim = x.shape
     e, n, _ = w.shape
     kept, active = _kept_rows(a["offsets"], m)
-    item = _size(x.dtype)
     weights = (active if active is not None else e) * n * kdim * _size(w.dtype)
+    return kept, kdim, n, _size(x.dtype), weights
+
+
+def gemm_cost(a: dict) -> tuple[int, float]:
+    kept, kdim, n, item, weights = _gemm_terms(a)
     return kept * kdim * item + weights + kept * n * item, 2.0 * kept * n * kdim
 
 
 def gemm_bwd_cost(a: dict) -> tuple[int, float]:
-    x, w = a["x"], a["w"]
-    m, kdim = x.shape
-    e, n, _ = w.shape
-    kept, active = _kept_rows(a["offsets"], m)
-    item = _size(x.dtype)
-    weights = 2 * (active if active is not None else e) * n * kdim * _size(w.dtype)
-    return 2 * kept * (kdim + n) * item + weights, 4.0 * kept * n * kdim
+    kept, kdim, n, item, weights = _gemm_terms(a)      # reads the weights, writes their grad
+    return 2 * kept * (kdim + n) * item + 2 * weights, 4.0 * kept * n * kdim
 
 
 def unpermute_cost(a: dict) -> tuple[int, float]:
