@@ -41,6 +41,9 @@ from .device import config as _config  # noqa: E402
 from .device.custom_kernels import kernel  # noqa: E402
 from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # noqa: E402
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
+from .runtime import install as _install_runtime  # noqa: E402
+
+_install_runtime()   # the adaptive runtime behind the device's seam (neuron_lab.runtime.current())
 from .compile import install as _install_compile  # noqa: E402
 from .distributed import register as _register_distributed  # noqa: E402
 

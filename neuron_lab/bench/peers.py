@@ -21,7 +21,7 @@ workers, the C++ compiler) inherit the affinity mask.
 
 Interface: ``device``; ``active()`` (context for a workload's set-up: the adaptive and neuron
 compiled peers start from an empty region cache); ``sampling()`` (context for one timed sample:
-those two with the regions they learned installed, ``runtime.switch_state``); ``compile(fn)`` /
+those two with the runtime that learned their regions installed, ``runtime.installed``); ``compile(fn)`` /
 ``module(m)`` (what torch.compile wraps; identity elsewhere); ``step_end()`` (the per-iteration
 boundary: ``mark_step`` for lazy); ``sync()`` (finish all queued work); ``settle(warm, cfg)``
 (adaptive only: wait for background compiles, warm again, until no compile was queued and no
@@ -92,10 +92,10 @@ class Peer:
         return {}
 
 
-def _trials(runtime) -> int:
-    """Regions whose fused-vs-per-op trial (runtime.policy) is still running: their launches
-    alternate kinds, so a sample taken now is not the steady state."""
-    return sum(r["status"] == "trial" for r in runtime.regions())
+def _trials(rt) -> int:
+    """Regions of runtime ``rt`` whose fused-vs-per-op trial (runtime.policy) is still running:
+    their launches alternate kinds, so a sample taken now is not the steady state."""
+    return sum(r.status == "trial" for r in rt.regions())
 
 
 class NeuronEager(Peer):
@@ -116,41 +116,33 @@ class NeuronEager(Peer):
 
 
 class NeuronAdaptive(NeuronEager):
-    """The adaptive runtime. Each such peer (this one and ``neuron_compile``) learns its own
-    regions from an empty cache at its set-up, and is sampled and reported with those regions
-    installed (``runtime.switch_state``): the engine is one per process, and the peers of a
-    workload are set up one after the other, then sampled in turn."""
+    """The adaptive runtime. Each such peer (this one and ``neuron_compile``) has a runtime of
+    its own (``runtime.Runtime``): it learns its regions from an empty cache at its set-up,
+    and is sampled and reported with that runtime installed (``runtime.installed``), so the
+    peers of a workload, set up one after the other and then sampled in turn, never run with
+    each other's regions."""
     name, mode = "neuron_adaptive", "adaptive"
-    _state = None       # this peer's regions while another's are installed (None: its own are)
+    _rt = None          # this peer's runtime
+    _scratch = None     # the runtime of its fresh samples: emptied before each
+
+    def _runtime(self):
+        from neuron_lab import runtime
+        if self._rt is None:
+            self._rt = runtime.Runtime()
+        return self._rt
 
     @contextlib.contextmanager
     def active(self):
         import neuron_lab
         from neuron_lab import runtime
         runtime.wait_compiles(None)
-        runtime.reset()             # each peer's set-up starts from an empty region cache
-        self._compile_s0 = runtime.stats()["compile_seconds"]   # the worker's total is per process
+        rt = self._runtime()
+        rt.reset()                  # each set-up starts from an empty region cache
+        self._compile_s0 = rt.stats()["compile_seconds"]   # the worker's total is per process
         self.settle_info = None
-        self._state = None
         self._device_thread = [0.0, 0.0]   # seconds busy, seconds sampled (``sampling``)
-        try:
-            with neuron_lab.mode("adaptive"):
-                yield
-        finally:
-            self._state = runtime.switch_state(None)    # kept for this peer's samples
-
-    @contextlib.contextmanager
-    def _own_regions(self):
-        from neuron_lab import runtime
-        if self._state is None:     # installed already (inside ``active``)
+        with runtime.installed(rt), neuron_lab.mode("adaptive"):
             yield
-            return
-        other = runtime.switch_state(self._state)
-        self._state = None
-        try:
-            yield
-        finally:
-            self._state = runtime.switch_state(other)
 
     @contextlib.contextmanager
     def sampling(self):
@@ -159,29 +151,31 @@ class NeuronAdaptive(NeuronEager):
         device's programs; the host's work is hidden behind them)."""
         import neuron_lab
         from neuron_lab import runtime
-        with self._own_regions(), neuron_lab.mode(self.mode):
-            busy, t0 = runtime.stats()["device_thread_busy_s"], time.perf_counter()
+        rt = self._runtime()
+        with runtime.installed(rt), neuron_lab.mode(self.mode):
+            busy, t0 = rt.launches().device_thread_busy_s, time.perf_counter()
             try:
                 yield
             finally:
-                self._device_thread[0] += runtime.stats()["device_thread_busy_s"] - busy
+                self._device_thread[0] += rt.launches().device_thread_busy_s - busy
                 self._device_thread[1] += time.perf_counter() - t0
 
     def settle(self, warm, cfg):
         from neuron_lab import runtime
+        rt = self._runtime()
         per, t0 = None, time.perf_counter()
         info = self.settle_info = {"rounds": 0, "drained": True}
         for _ in range(cfg.settle_rounds):
-            queued = runtime.stats()["compiles_queued"]
+            queued = rt.stats()["compiles_queued"]
             info["drained"] = runtime.wait_compiles(cfg.compile_timeout_s) and info["drained"]
             per = warm()
             info["rounds"] += 1
-            if runtime.stats()["compiles_queued"] == queued and not _trials(runtime):
+            if rt.stats()["compiles_queued"] == queued and not _trials(rt):
                 break
         info["seconds"] = time.perf_counter() - t0
-        info["pending_at_measure"] = runtime.stats()["compiles_pending"]
-        info["trials_at_measure"] = _trials(runtime)
-        info["queued_at_measure"] = runtime.stats()["compiles_queued"]
+        info["pending_at_measure"] = rt.stats()["compiles_pending"]
+        info["trials_at_measure"] = _trials(rt)
+        info["queued_at_measure"] = rt.stats()["compiles_queued"]
         return per
 
     def cleanup(self, cfg) -> None:
@@ -197,22 +191,22 @@ class NeuronAdaptive(NeuronEager):
         import neuron_lab
         from neuron_lab import runtime
         runtime.wait_compiles(None)
-        other = runtime.switch_state(None)      # an empty region cache, thrown away after
+        if self._scratch is None:
+            self._scratch = runtime.Runtime()
+        self._scratch.reset()                       # an empty region cache
         try:
-            with neuron_lab.mode(self.mode):
+            with runtime.installed(self._scratch), neuron_lab.mode(self.mode):
                 yield
         finally:
             runtime.wait_compiles(None)
-            runtime.switch_state(other)
 
     def extra(self) -> dict:
         """Runtime counters since this peer's set-up started from an empty region cache."""
-        with self._own_regions():
-            return self._counters()
+        return self._counters()
 
     def _counters(self) -> dict:
-        from neuron_lab import runtime
-        s = runtime.stats()
+        rt = self._runtime()
+        s = rt.stats()
         keep = ("hits", "misses", "hit_rate", "launches_fused", "launches_per_op", "ops_fused",
                 "ops_per_op", "fused_share", "compiles_queued", "compiles_done", "compiles_failed",
                 "compiles_slower", "compiles_pending", "compile_seconds", "regions", "flushes")
@@ -221,7 +215,7 @@ class NeuronAdaptive(NeuronEager):
         out["settle"] = getattr(self, "settle_info", None)
         busy, sampled = getattr(self, "_device_thread", (0.0, 0.0))
         out["device_thread_busy_share"] = busy / sampled if sampled else None
-        regs = runtime.regions()
+        regs = [r.summary() for r in rt.regions()]
         out["region_status"] = {}
         for r in regs:
             out["region_status"][r["status"]] = out["region_status"].get(r["status"], 0) + 1

@@ -133,7 +133,7 @@ def _kernel(name: str):
     sync_at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "async_op"), None)
 
     def kernel(*args):
-        runtime.engine.flush("collective")
+        runtime.current().flush("collective")
         group = _group_of(name, args)
         ensure_host_backend(group)
         checks.agree(name, USER_NAMES, args, group)

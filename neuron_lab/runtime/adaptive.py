@@ -77,19 +77,23 @@ class Engine:
     thread (``queue``) runs without the lock: it touches only its own records, their region and
     the pending shells it fills."""
 
-    describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance (kept
-                                        # by runtime.reset, which refreshes the __dict__)
+    describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.queue = LaunchQueue()
+        self._early = 0         # the thread running a read ``early`` made independent
+        self.forget()
+
+    def forget(self) -> None:
+        """Start learning again: no region, program or counter. With nothing queued
+        (``Runtime.reset`` flushes first, under the lock)."""
         self.cache = RegionCache()
         self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
                            "verify_mismatches": 0, "early_values": 0})
-        self._early = 0         # the thread running a read ``early`` made independent
         self._reset()
 
     def _reset(self) -> None:

@@ -104,7 +104,7 @@ def region_cost(region) -> RegionCost:
 
 
 def _regions_by_id() -> dict:
-    return {r.id: r for r in runtime.engine.cache.regions()}
+    return {r.id: r for r in runtime.current().regions()}
 
 
 class Modelled(NamedTuple):
@@ -154,11 +154,11 @@ def annotate(launches: list[dict], model: CostModel) -> None:
 def region_rows(model: CostModel) -> list[dict]:
     """Every cached region with its modelled costs: the ``regions`` export table."""
     rows = []
-    for r in runtime.engine.cache.regions():
+    for r in runtime.current().regions():
         rc = region_cost(r)
         s = r.summary()
-        s["first_ops"] = r.names
-        s["location"] = tracking.format_location(getattr(r.node, "where", None))[0]
+        s["first_ops"] = list(r.names)
+        s["location"] = tracking.format_location(r.where)[0]
         s.update(per_op_modelled_s=sum(model.launch_s(c) for c in rc.per_op),
                  fused_modelled_s=model.launch_s(rc.fused), fused_bytes=rc.fused.bytes,
                  per_op_bytes=sum(c.bytes for c in rc.per_op), flops=rc.fused.flops)

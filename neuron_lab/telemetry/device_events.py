@@ -61,13 +61,6 @@ def _follow_mode() -> None:
         e.profiler_set_eager(runtime.get_mode() == "eager")
 
 
-def _region(rid: int):
-    for r in runtime.engine.cache.regions():
-        if r.id == rid:
-            return r
-    return None
-
-
 def region_name(rid: int, names: list, ops: int) -> str:
     shown = ", ".join(n.removeprefix("aten::") for n in names[:NAME_OPS])
     return f"region {rid}: {shown}{', ...' if ops > NAME_OPS else ''} ({ops} ops)"
@@ -80,7 +73,7 @@ def _on_event(kind: str, p: dict) -> None:
     if e is None or not e.profiler_recording():
         return
     rid, n = p.get("region", -1), p.get("ops", 0)
-    region = _region(rid)
+    region = runtime.current().region(rid)
     names = list(region.names) if region is not None else []
     modelled = nbytes = flops = 0
     where = ""
@@ -88,7 +81,7 @@ def _on_event(kind: str, p: dict) -> None:
         model = cost_model()
         c = region_cost(region).fused
         modelled, nbytes, flops = model.launch_s(c), c.bytes, c.flops
-        where = tracking.format_location(getattr(region.node, "where", None))[0]
+        where = tracking.format_location(region.where)[0]
     e.profiler_record_launch(region_name(rid, names, n), p.get("kind", "per-op"), rid, n,
                              p.get("seconds", 0.0), modelled, nbytes, flops, where,
                              json.dumps(names))

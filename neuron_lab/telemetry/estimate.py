@@ -89,7 +89,7 @@ def price(timeline: list, model, kinds=("fused", "per-op")) -> dict:
     launches of their own (not inside a recognised region)."""
     launches: list[Cost] = []
     covered: list[bool] = []       # per launch: a recognised region's fused launch
-    regions = {r.id: r for r in runtime.engine.cache.regions()}
+    regions = {r.id: r for r in runtime.current().regions()}
     for entry in timeline:
         if entry[0] == "op":
             launches.append(entry[1])

@@ -66,7 +66,7 @@ def _kernel_costs() -> list:
     costing.clear()
     model = cost_model()
     found = []
-    for r in runtime.engine.cache.regions():
+    for r in runtime.current().regions():
         for (op, _), c in zip(r.keys, costing.region_cost(r).per_op):
             name = getattr(getattr(getattr(op, "op", op), "_schema", None), "name", "")
             if name == "neuron_lab::flex_fwd":

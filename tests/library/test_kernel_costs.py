@@ -72,7 +72,7 @@ def test_region_cost_in_adaptive_mode_counts_the_kernel_flops():
     with knobs.COMPILE.scoped(False), neuron_lab.mode("adaptive"):
         for _ in range(3):
             (flash_attention(q * 1, k, v, causal=True) + 1).cpu()
-    regions = [r for r in neuron_lab.runtime.engine.cache.regions()
+    regions = [r for r in neuron_lab.runtime.current().regions()
                if any("flash_attention_fwd" in str(n) for n in r.names)]
     assert regions
     flops = kernel_costs.flash_forward_cost(

@@ -100,7 +100,7 @@ def check(kind, mode, compiled=False, fused=False):
             stack.enter_context(knobs.COMPILE.scoped(False))
         stack.enter_context(neuron_lab.mode(mode))
         losses, state = train(model, "neuron", "neuron" if compiled else None, graphs)
-        stats = dict(neuron_lab.runtime.engine.stats)
+        stats = neuron_lab.runtime.stats()
     torch._dynamo.reset()
     if fused:
         assert stats["launches_fused"] > 0 and stats["compiles_failed"] == 0, stats

@@ -15,7 +15,7 @@ from neuron_lab.runtime import knobs
 def fresh_engine():
     runtime.reset()
     with knobs.SYNC_COMPILE.scoped(True), neuron_lab.mode("adaptive"):
-        yield runtime.engine
+        yield runtime.current().engine
     runtime.reset()
 
 

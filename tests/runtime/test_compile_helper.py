@@ -219,7 +219,7 @@ def test_floats_that_cannot_be_data_are_specialized_once(background, monkeypatch
         r.sum().item()
         runtime.wait_compiles()
     assert helper.state["compiles"] > compiles
-    (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    (reg,) = [r for r in runtime.current().engine.cache.regions() if r.program is not None]
     assert isinstance(reg.program, programs.Specialized) and not reg.program.chosen
     assert tried == [False]                  # here: only the specialized graph (no item())
 
@@ -238,7 +238,7 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, grap
         (a * (0.1 * (i + 1))).sin().add(1).sum().item()
         runtime.wait_compiles()
     assert helper.state["compiles"] > compiles
-    (reg,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    (reg,) = [r for r in runtime.current().engine.cache.regions() if r.program is not None]
     assert not isinstance(reg.program, programs.Specialized)
     assert given and all(any(g is gm for gm, _ in graphs) for g in given)
 

@@ -78,7 +78,7 @@ def test_float_scalars_are_program_inputs():
     torch.testing.assert_close(p.cpu(), ref, rtol=1e-5, atol=1e-6)
     s = runtime.stats()
     assert s["hits"] >= 6 and s["launches_fused"] >= 2 and s["compiles_failed"] == 0
-    (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 4]
+    (r,) = [r for r in runtime.current().engine.cache.regions() if r.ops == 4]
     assert len(r.plan.scalars) == 2            # mul_'s factor and add_'s alpha
 
 
@@ -94,7 +94,7 @@ def test_constant_floats_are_compiled_in_then_become_data_when_they_change():
     with knobs.TRIALS.scoped(0):
         for _ in range(4):
             assert body(x, 1.5).item() == pytest.approx(body(x_cpu, 1.5).item(), rel=1e-5)
-        (r,) = [r for r in runtime.engine.cache.regions() if r.ops == 5]
+        (r,) = [r for r in runtime.current().engine.cache.regions() if r.ops == 5]
         assert isinstance(r.program, programs.Specialized) and r.program.chosen
         assert r.program.fixed == [1.5, 0.5, -0.25, 2.0]
         fused = runtime.stats()["launches_fused"]

@@ -148,5 +148,5 @@ def test_an_output_a_program_lays_out_otherwise_gets_eagers_layout(monkeypatch):
             torch.testing.assert_close(y.cpu(), ref)
             torch.testing.assert_close(y.view(-1).cpu(), ref.view(-1))
     _no_failed_region()
-    (r,) = [r for r in runtime.engine.cache.regions() if r.program is not None]
+    (r,) = [r for r in runtime.current().engine.cache.regions() if r.program is not None]
     assert r.relayout[1] and r.summary()["relaid_outputs"] == len(r.relayout[1]) >= 1

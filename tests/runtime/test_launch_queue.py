@@ -101,12 +101,12 @@ def test_a_training_loop_without_reads_runs_on_the_device_thread_and_equals_cpu(
     ref = _mlp()
     _train(ref, x, y, 12)
     model = _mlp().to("neuron")
-    before, s0 = runtime.engine.queue.launched, runtime.stats()
+    before, s0 = runtime.current().engine.queue.launched, runtime.stats()
     _train(model, x.to("neuron"), y.to("neuron"), 12)
-    assert runtime.engine.queue.launched > before       # launched on the device's thread
+    assert runtime.current().engine.queue.launched > before       # launched on the device's thread
     neuron_lab.sync()
     s1 = runtime.stats()
-    assert s1["device_thread_launches"] == runtime.engine.queue.launched
+    assert s1["device_thread_launches"] == runtime.current().engine.queue.launched
     assert s1["device_thread_busy_s"] > s0["device_thread_busy_s"]
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)                 # read while launches may be queued
@@ -134,11 +134,11 @@ def test_without_async_every_launch_runs_on_the_issuing_thread(fused):
     torch.manual_seed(3)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
     model = _mlp().to("neuron")
-    before = runtime.engine.queue.launched
+    before = runtime.current().engine.queue.launched
     with knobs.ASYNC.scoped(False):
         _train(model, x.to("neuron"), y.to("neuron"), 6)
         neuron_lab.sync()
-    assert runtime.engine.queue.launched == before
+    assert runtime.current().engine.queue.launched == before
 
 
 def test_a_queued_launch_that_fails_raises_at_the_next_sync_naming_the_op(fused):
@@ -197,12 +197,12 @@ def test_a_read_independent_of_queued_work_is_served_without_waiting(fused):
     dids = ids.to("neuron")
     opt = _train(model, dids, y.to("neuron"), 10)
     gate = threading.Event()
-    runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+    runtime.current().engine.queue.submit(Job(lambda: gate.wait(30), []))
     try:
-        before = runtime.engine.stats["early_values"]
+        before = runtime.current().engine.stats["early_values"]
         t0 = time.perf_counter()
         out = model(dids)                 # reads its mask while the gate holds the queue
-        assert runtime.engine.stats["early_values"] == before + 1
+        assert runtime.current().engine.stats["early_values"] == before + 1
         assert time.perf_counter() - t0 < 10
     finally:
         gate.set()
@@ -265,12 +265,12 @@ def test_a_batch_uploaded_each_step_does_not_wait_for_the_queued_steps(fused):
         step(ref, opts[0], x, y)
         step(model, opts[1], x.to("neuron"), y.to("neuron"))
     gate = threading.Event()
-    runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+    runtime.current().engine.queue.submit(Job(lambda: gate.wait(30), []))
     try:
         t0 = time.perf_counter()
         x = batches[0][0].to("neuron")
         assert time.perf_counter() - t0 < 10
-        assert runtime.engine.queue.busy()
+        assert runtime.current().engine.queue.busy()
     finally:
         gate.set()
     assert torch.equal(x.cpu(), batches[0][0])
@@ -292,15 +292,15 @@ def test_the_forward_runs_on_the_device_thread_while_the_backward_is_issued(fuse
 
     def held_backward(loss):              # the regions are known and fused: hold the device
         gate = threading.Event()
-        runtime.engine.queue.submit(Job(lambda: gate.wait(30), []))
+        runtime.current().engine.queue.submit(Job(lambda: gate.wait(30), []))
         try:
-            assert runtime.engine.queue.records() == []
+            assert runtime.current().engine.queue.records() == []
             before = runtime.stats()["flushes"].get("backward", 0)
             t0 = time.perf_counter()
             loss.backward()
             assert time.perf_counter() - t0 < 10
             assert runtime.stats()["flushes"]["backward"] == before + 1
-            assert runtime.engine.queue.records()          # the forward's region, queued
+            assert runtime.current().engine.queue.records()          # the forward's region, queued
         finally:
             gate.set()
 

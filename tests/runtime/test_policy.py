@@ -28,7 +28,7 @@ def _step(x):
 def _hot_region(x):
     for _ in range(3):
         _step(x)
-    (r,) = [r for r in runtime.engine.cache.regions() if r.ops >= 4]
+    (r,) = [r for r in runtime.current().engine.cache.regions() if r.ops >= 4]
     return r
 
 
@@ -104,7 +104,7 @@ def test_a_launch_needing_an_output_the_program_lacks_recompiles_it():
         for _ in range(4):                  # compiled (needs nothing), fused
             _chain(x)
             runtime.sync()
-        (reg,) = runtime.engine.cache.regions()
+        (reg,) = runtime.current().engine.cache.regions()
         assert reg.status is Status.FUSED and reg.plan.outputs == ()
         fused_before = reg.fused_launches
         kept = []
@@ -140,7 +140,7 @@ def test_recompiles_for_outputs_are_bounded(monkeypatch):
     with knobs.TRIALS.scoped(0):
         for _ in range(4):
             chain_keeping(5)
-        (reg,) = runtime.engine.cache.regions()
+        (reg,) = runtime.current().engine.cache.regions()
         assert reg.status is Status.FUSED
         chain_keeping(4)                    # op 8's output is not returned: recompiled
         chain_keeping(5)
