@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Any
 
 from . import knobs
+from .compiler import data_floats
 from .record import CALLER
 from .status import Status, check
 
@@ -81,7 +82,9 @@ class Region:
         self.since_decided = 0          # launches since the policy judged it slower
         self.backoff = 0                # launches before a slower region is tried again (policy)
         self.per_op_launches = 0
-        self.floats_seen: Any = None    # its data floats while constant (policy rule 6)
+        # its data floats while constant (policy rule 6), from its capture on: a region
+        # compiled at its first hit sees whether they changed since the capture
+        self.floats_seen: Any = data_floats(records)
         self.floats_before: Any = None  # those of its specialized program, after they changed
         self.wanted: frozenset = frozenset()  # outputs launches needed beyond a program's (rule 7)
         self.widened = 0                # recompiles for them (policy rule 7)

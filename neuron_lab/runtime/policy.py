@@ -21,10 +21,11 @@ The rule (thresholds are knobs, see ``knobs.py``):
    compile of another region, another process) gets a new trial, and one that is really slower
    costs one trial per thousands of launches.
 5. A compile or run failure marks the region per-op for good and records the error.
-6. Floats that were the same at every launch before the compile are compiled in as constants
-   (faster kernels), guarded at each launch; the first launch whose floats differ runs per-op
-   and sends the region back to ``recorded``, to be compiled with its floats as data (one more
-   compile for an lr schedule that holds its value a while, then moves).
+6. Floats that were the same at the capture and at every launch before the compile are
+   compiled in as constants (faster kernels), guarded at each launch; the first launch whose
+   floats differ runs per-op and sends the region back to ``recorded``, to be compiled with its
+   floats as data (one more compile for an lr schedule that holds its value a while, then
+   moves).
 7. A program returns the region's values that were alive when it was compiled. A launch that
    needs one it does not return (a result the loop discarded while the region compiled and
    keeps now: a loss logged from some step on) runs per-op and sends the region back to
@@ -270,13 +271,11 @@ def _decide(region, stats) -> None:
 
 def _note_floats(region, records) -> None:
     """Rule 6: remember the region's data floats while they are the same at every launch
-    (``region.floats_seen``: None before the first, the values, or False once they differed)."""
+    (``region.floats_seen``: the capture's values (``cache.Region``), or False once they
+    differed)."""
     if region.floats_seen is False:
         return
-    floats = compiler.data_floats(records)
-    if region.floats_seen is None:
-        region.floats_seen = floats
-    elif region.floats_seen != floats:
+    if region.floats_seen != compiler.data_floats(records):
         region.floats_seen = False
 
 
