@@ -1,8 +1,8 @@
 """Wiring the ``neuron`` backend into torch.compile, without importing dynamo at import time.
 
 1. ``"neuron"`` is registered with dynamo's backend registry the moment ``torch._dynamo`` is
-   imported (a one-shot import hook, as for FlexAttention's device check below; immediately if it is already imported): ``import
-   neuron_lab`` stays as cheap as before, and ``torch.compile(m, backend="neuron")`` /
+   imported (``neuron_lab.after_import.when_imported``, as for FlexAttention's device check;
+   at once if it is imported already): ``import neuron_lab`` does not import dynamo, and ``torch.compile(m, backend="neuron")`` /
    ``torch.compiler.set_default_backend("neuron")`` find the name; the device's own packages
    are added to dynamo's skip list (see ``_SKIPPED``), and graph breaks are recorded with the
    user's line (``records``).
@@ -18,13 +18,11 @@
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
 import threading
 
 import torch
 
+from ..after_import import when_imported
 from . import device_interface
 
 _DYNAMO = "torch._dynamo"
@@ -60,7 +58,7 @@ def _graph_on_neuron(gm) -> bool:
     return isinstance(gm, torch.fx.GraphModule) and hostgraph.touches_neuron(gm, ())
 
 
-def _register_backend() -> None:
+def _register_backend(_dynamo=None) -> None:
     if _state["registered"]:
         return
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
@@ -109,58 +107,6 @@ def _watch_graph_breaks() -> None:
     InstructionTranslatorBase.log_graph_break = log_graph_break
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a given module finishes importing (once per module)."""
-
-    def __init__(self):
-        self.busy = False
-        self.callbacks: dict = {}
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.callbacks or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None:
-            return spec
-        orig_exec = spec.loader.exec_module
-        callback = self.callbacks.pop(name)
-
-        def exec_module(module):
-            orig_exec(module)
-            if not self.callbacks:
-                _remove_finder()
-            callback()
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-_finder = _AfterImport()
-
-
-def _remove_finder() -> None:
-    try:
-        sys.meta_path.remove(_finder)
-    except ValueError:
-        pass
-
-
-def _after_import(name: str, callback) -> None:
-    """``callback()`` now if ``name`` is imported, else right after it is."""
-    mod = sys.modules.get(name)
-    if mod is not None and getattr(mod, "__spec__", None) is not None \
-            and not getattr(mod.__spec__, "_initializing", False):
-        callback()
-        return
-    _finder.callbacks[name] = callback
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
-
-
 def _patch_inductor_wrapper() -> None:
     if _state["patched"]:
         return
@@ -177,7 +123,7 @@ def _patch_inductor_wrapper() -> None:
     _state["patched"] = True
 
 
-def _patch_flex_attention() -> None:
+def _patch_flex_attention(_module=None) -> None:
     from torch.nn.attention import flex_attention as fa
 
     from . import flex_attention, traceable
@@ -219,5 +165,5 @@ def _fx_tracing_flag_per_thread() -> None:
 def install() -> None:
     _fx_tracing_flag_per_thread()
     _patch_inductor_wrapper()
-    _after_import(_DYNAMO, _register_backend)
-    _after_import("torch.nn.attention.flex_attention", _patch_flex_attention)
+    when_imported(_DYNAMO, _register_backend)
+    when_imported("torch.nn.attention.flex_attention", _patch_flex_attention)
