@@ -8,11 +8,10 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update; with ``NEURON_LAB_BACKWARD_BOUNDARY`` the start of
   a ``backward()`` of ``neuron`` roots ends the forward's, through the device's
-  ``seam.boundary``), ops that cannot be queued (RNG other than
-  dropout's, whose mask ``dropout`` draws at the call, and random factories, which
-  ``random_now`` runs at the call without a cut; host fallbacks; CPU tensor arguments
-  other than 0-dim ones, which ``host_scalars`` copies to the device at the call), the queue
-  limit (1024), and the **repeated-suffix rule**
+  ``seam.boundary``), ops that cannot be queued (``verdict.py`` decides, with the reason:
+  RNG other than dropout's mask and random factories, which are drawn at the call without a
+  cut; host fallbacks; CPU tensor arguments other than 0-dim ones, which are copied to the
+  device at the call), the queue limit (1024), and the **repeated-suffix rule**
   (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
   is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
   so a loop body has the same keys in every iteration; a training loop without syncs and a
@@ -43,9 +42,7 @@ import torch
 
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
-from ..device.opinfo import draws_random
-from . import blame, dropout, early, host_scalars, knobs, native, pending, policy, random_now
-from . import replay, worker
+from . import blame, dropout, early, knobs, native, pending, policy, replay, verdict, worker
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .launch_queue import Job, LaunchQueue
@@ -53,6 +50,7 @@ from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      out_plan, rebuild, record_run, ref, rekey, weak_ref)
 from .status import Status
+from .verdict import QUEUED, Kind, Verdict
 
 Tensor = torch.Tensor
 _execute = kernels.run_now     # capture and ops run at once: the direct kernel where it can
@@ -61,7 +59,7 @@ _pending = native.twin("pending", shell.pending)       # C twins: deferral_shell
 _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
-_PLAIN = policy.PLAIN          # {OpFacts: policy.plain(f)}
+_PLAIN = verdict.PLAIN         # {OpFacts: verdict.plain(f)}
 
 
 class Engine:
@@ -137,31 +135,15 @@ class Engine:
             described = None
         if not self.records:    # a segment starts here
             self._start_segment()
-        if not policy.plain(f) and (
-                (f.random and draws_random(f, args, kwargs)) or f.data_dependent
-                or not (policy.queueable(f) or policy.same_device_cast(f, args, kwargs))
-                or (f.base == "index" and kernels.bool_indexing(f, args))):
-            if f.random:        # dropout: its mask drawn now, its products queued
-                out = dropout.queued(f, args, kwargs)
-                if out is not None:
-                    return out
-                call = random_now.arguments(f, args, kwargs)
-                if call is not None:        # a factory, a *_like: drawn now, no cut
-                    return self._run_now(f, *call)
-            if self.queue.busy() and early.take(self, f, args, kwargs):
-                return self._run_early(f, args, kwargs)
-            self.flush(policy.boundary_reason(f))
-            return self._run_now(f, args, kwargs)
+        v = verdict.call(f, args, kwargs)
+        if v is not QUEUED:
+            return self._not_queued(v, f, args, kwargs)
         pos = len(self.records)
         if described is None:
             try:
                 described = self.describe(f, args, kwargs, pos, self.producers)
             except NotQueueable:
-                on_device = host_scalars.copied(f, args, kwargs)
-                if on_device is not None:          # CPU scalars: their values now, on neuron
-                    return self._adaptive(f, *on_device)
-                self.flush(policy.host_arg_reason(f))
-                return self._run_now(f, args, kwargs)
+                return self._not_queued(verdict.host_args(f, args, kwargs), f, args, kwargs)
         key, targs, tkw = described
         if self.node is not None:                       # deferring along a trie path
             nxt = self.node.children.get(key)
@@ -178,6 +160,20 @@ class Engine:
                 self.node = self.cache.root
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
         return self._capture(f, args, kwargs, targs, tkw, key)
+
+    def _not_queued(self, v: Verdict, f, args, kwargs):
+        """Carry out a verdict other than ``QUEUE`` (``verdict.py``)."""
+        kind = v.kind
+        if kind is Kind.COPY_SCALARS:       # CPU scalars: their values now, on neuron
+            return self._adaptive(f, *v.call)
+        if kind is Kind.DRAW_NOW:
+            if v.call is None:              # dropout: its mask drawn now, its products queued
+                return dropout.queued(f, args, kwargs)
+            return self._run_now(f, *v.call)   # a factory, a *_like: drawn now, no cut
+        if self.queue.busy() and early.take(self, f, args, kwargs):
+            return self._run_early(f, args, kwargs)     # RUN_NOW: reads nothing queued
+        self.flush(v.reason)
+        return self._run_now(f, args, kwargs)
 
     def _start_segment(self) -> None:
         """A segment starts: what is left before 90% of the capacity (``_admit_pending``'s

@@ -26,14 +26,18 @@ from ..device.kernels import RANDOM_ON_HOST
 _mul = torch.ops.aten.mul.Tensor
 
 
-def queued(f, args, kwargs):
-    """``native_dropout``'s (output, mask) with the mask drawn now and the products queued; None
-    for a call this does not take (the engine then ends the segment and runs it now)."""
+def takes(f, args, kwargs) -> bool:
+    """Is this call one ``queued`` computes? (Else it ends the segment and runs now.)"""
     if f.base != "native_dropout" or host_device().type != "cpu":
-        return None
-    x, p, train = _arguments(args, kwargs)
-    if train is False or x.numel() == 0 or not x.is_contiguous():
-        return None
+        return False
+    x, _, train = _arguments(args, kwargs)
+    return train is not False and x.numel() != 0 and x.is_contiguous()
+
+
+def queued(f, args, kwargs):
+    """``native_dropout``'s (output, mask) of a call ``takes``: the mask drawn now, the
+    products queued."""
+    x, p, _ = _arguments(args, kwargs)
     p1m = 1.0 - p
     scale = 0.0 if p1m == 0 else 1.0 / p1m
     h = torch.empty_strided(x.shape, x.stride(), dtype=torch.bool, device="cpu")  # empty_like

@@ -24,7 +24,7 @@ import torch
 from ..device import config, kernels, tracking
 from ..device.dtypes import HOST_ONLY
 from ..device.opinfo import OpFacts
-from . import adaptive, cache, host_scalars, knobs, policy, record
+from . import adaptive, cache, host_scalars, knobs, record, verdict
 from .native import extension
 
 
@@ -48,9 +48,9 @@ def seam_runtime(engine: adaptive.Engine):
     if ext is None:
         return engine
     ext.configure({
-        "engine": engine, "lock": engine.lock, "plain": policy.PLAIN,
-        "plain_when": policy.PLAIN_WHEN, "no_dropout": policy.NO_DROPOUT,
-        "same_device": policy.SAME_DEVICE,
+        "engine": engine, "lock": engine.lock, "plain": verdict.PLAIN,
+        "plain_when": verdict.PLAIN_WHEN, "no_dropout": verdict.NO_DROPOUT,
+        "same_device": verdict.SAME_DEVICE,
         "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
         "memory_format_type": torch.memory_format, "device_type": torch.device,
         "size_type": torch.Size,

@@ -1,4 +1,5 @@
-"""The adaptive policy: which regions to compile, and per launch, fused or per-op.
+"""The adaptive policy: which regions to compile, and per launch, fused or per-op. (Whether an
+op call is queued at all is ``verdict.py``'s.)
 
 The rule (thresholds are knobs, see ``knobs.py``):
 1. Never compile a region shorter than ``MIN_REGION_OPS`` ops (launch overhead of a compiled
@@ -39,93 +40,10 @@ from __future__ import annotations
 
 import statistics
 
-import torch
-
 from . import compiler, fused, knobs, programs, replay, verify, worker
 from .status import Status
 
-# Ops that never enter a region: they touch the host or other devices.
-_UNQUEUEABLE = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "set_",
-                          "resize_", "_local_scalar_dense", "record_stream", "_pin_memory",
-                          "is_pinned", "equal", "allclose", "_assert_async"})
 _SAMPLES = 8
-
-
-_queueable: dict = {}
-
-
-def queueable(f) -> bool:
-    """Ops that touch the host, or return Python values (bool/int/float computed from data, which
-    a deferred op could not know), never enter a region."""
-    q = _queueable.get(f)
-    if q is None:
-        q = _queueable[f] = f.base not in _UNQUEUEABLE and all(
-            "Tensor" in str(r.type) for r in f.op._schema.returns)
-    return q
-
-
-PLAIN: dict = {}     # {OpFacts: plain(f)}; the C hot path reads it too (fastpath.configure)
-PLAIN_WHEN: dict = {}    # {OpFacts: plain_when(f)} for the ops that are not plain (C reads it)
-NO_DROPOUT, SAME_DEVICE = 1, 2
-
-
-def plain(f) -> bool:
-    """Can ``f`` be queued whatever its arguments? (No RNG, data-dependent shape, host access,
-    same-device cast or boolean indexing to look at per call.) Cached per op."""
-    p = PLAIN.get(f)
-    if p is None:
-        p = (not f.random and not f.data_dependent and queueable(f)
-             and f.base not in ("index", "_to_copy"))
-        PLAIN_WHEN[f] = None if p else _plain_when(f)
-        PLAIN[f] = p
-    return p
-
-
-def _plain_when(f):
-    """For an op that is not plain, the one per-call test under which ``Engine._adaptive``
-    queues a call like a plain op's, for the C hot path (deferral.cpp ``plain_call``) to make
-    the same decision: ``(NO_DROPOUT, i, name)``: the op's only randomness is dropout and this
-    call's ``dropout_p`` (argument ``i`` or keyword ``name``) is 0 (``draws_random``; every
-    attention call without dropout); ``(SAME_DEVICE,)``: a ``_to_copy`` that stays on neuron
-    (``same_device_cast``: a dtype cast). None: the Python engine decides every call."""
-    if f.data_dependent or f.base == "index":
-        return None
-    if f.random and f.dropout_at is not None and queueable(f):
-        return (NO_DROPOUT, *f.dropout_at)
-    if f.base == "_to_copy" and not f.random:
-        return (SAME_DEVICE,)
-    return None
-
-
-def same_device_cast(f, args, kwargs) -> bool:
-    """``_to_copy`` that stays on ``neuron`` (``x.float()``, ``.to(dtype)``, ``.to('neuron')`` of a
-    neuron tensor) is an ordinary op, queued like any other; only a copy to another device is a
-    transfer (and a sync point when it leaves the device). Otherwise a cast in the middle of a
-    model (a rotary embedding's ``position_ids.float()``) would cut its forward in two."""
-    if f.base != "_to_copy" or not args or args[0].is_cpu:
-        return False
-    dev = kwargs.get("device") if kwargs else None
-    return dev is None or (dev.type if type(dev) is torch.device else str(dev).split(":")[0]) == "neuron"
-
-
-_REASONS = {"_local_scalar_dense": "item", "_to_copy": "cpu", "_copy_from": "cpu",
-            "_copy_from_and_resize": "cpu", "copy_": "transfer", "equal": "item",
-            "allclose": "item"}
-
-
-def host_arg_reason(f) -> str:
-    """Why a queueable op whose call has a host argument ends the segment: "transfer" for a
-    ``copy_`` to or from the host (one between neuron tensors is queued), else "host-arg"."""
-    return _REASONS.get(f.base, "host-arg")
-
-
-def boundary_reason(f) -> str:
-    """Why an op that cannot be queued ends the current segment (the sync-reason vocabulary)."""
-    if f.base in _REASONS:
-        return _REASONS[f.base]
-    if f.data_dependent:
-        return "data-dependent"
-    return "rng" if f.random else "unqueueable"
 
 
 def run(region, records, needed, stats) -> tuple[float, bool]:

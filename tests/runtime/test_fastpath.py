@@ -197,7 +197,7 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
     bitwise CPU's values; a dropout_p above 0 (random numbers) and a copy to the CPU stay
     boundaries the Python engine runs now."""
     from neuron_lab.device import shell
-    from neuron_lab.runtime import policy
+    from neuron_lab.runtime import verdict
     F = torch.nn.functional
 
     def body(q, k, v):
@@ -218,9 +218,9 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
         assert all(shell.is_pending(t) for t in got)
         # sdpa, mul, _to_copy, _to_copy, add, sum: every one in C
         assert (fast, slow) == (6, 0), (fast, slow)
-        whens = {f.base: w for f, w in policy.PLAIN_WHEN.items() if w is not None}
-        assert whens["_to_copy"] == (policy.SAME_DEVICE,)
-        assert any(w[0] == policy.NO_DROPOUT for w in whens.values())
+        whens = {f.base: w for f, w in verdict.PLAIN_WHEN.items() if w is not None}
+        assert whens["_to_copy"] == (verdict.SAME_DEVICE,)
+        assert any(w[0] == verdict.NO_DROPOUT for w in whens.values())
         rt.sync()
         for g_, w in zip(got, want):
             assert torch.equal(g_.cpu(), w)
@@ -325,7 +325,7 @@ CAPTURE = textwrap.dedent("""
         loss.backward()                                  # then the backward's
         value = loss.item()
     path = []
-    for key, node in rt.engine.cache.root.children.items():    # one chain per segment
+    for key, node in rt.current().engine.cache.root.children.items():    # one chain per segment
         while True:
             path.append([repr(key), [repr(tuple(mt)) if mt is not None else None
                                      for mt in node.metas],
@@ -349,7 +349,7 @@ def test_ops_captured_in_c_are_recorded_as_python_records_them():
         assert out.returncode == 0, out.stderr[-3000:]
         runs[native] = json.loads(out.stdout.strip().splitlines()[-1])
     c, py = runs["1"], runs["0"]
-    # in C: every op but a segment's first and an op's first call (policy.plain is learnt then)
+    # in C: every op but a segment's first and an op's first call (verdict.plain is learnt then)
     assert py["captured"] == 0 and c["captured"] >= 10
     assert len(c["path"]) > 20 and c["path"] == py["path"]
     assert all(w is not None and w[0] == "<string>" for _, _, w in c["path"])
@@ -448,7 +448,7 @@ def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
         rt.sync()
     before = fastpath.counts()
     out = step()                             # deferred along the known path, not launched yet
-    eng = rt.engine
+    eng = rt.current().engine
     fast = fastpath.counts()[0] - before[0]
     assert fast >= 3 and len(eng.records) >= fast
     node = eng.node

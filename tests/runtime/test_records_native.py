@@ -201,7 +201,7 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     """runtime.reset() refreshes the engine's __dict__; capture's C key builder must survive it
     (it did not: every capture after a reset built its keys in Python)."""
     rt.reset()
-    assert rt.engine.describe is ext.describe
+    assert rt.current().engine.describe is ext.describe
     assert record.record_run is ext.record_run
     assert pending.live_outputs is ext.live_outputs
     assert compiler.scalar_values is ext.scalar_values

@@ -28,7 +28,7 @@
 // here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
 // region starts with it (launch_locked continues from the trie's root). An op that is plain
 // for some calls only (attention with dropout_p 0, a cast staying on neuron:
-// policy.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
+// verdict.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
 // CPU scalar arguments could not be keyed is tried again with device copies of them
 // (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an
 // op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
@@ -491,10 +491,10 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
 }
 
 // Is this call of an op that is not plain queued like a plain op's? Engine._adaptive's per-call
-// tests for the two kinds policy.PLAIN_WHEN names: (NO_DROPOUT, i, name): the call's dropout_p
+// tests for the two kinds verdict.PLAIN_WHEN names: (NO_DROPOUT, i, name): the call's dropout_p
 // (argument i, keyword name, else 0.0) is 0 (draws_random); (SAME_DEVICE,): a _to_copy of a
 // tensor not on the CPU whose device keyword is absent, None or a neuron torch.device
-// (same_device_cast; any other device value: the Python engine decides). 1 or 0; -1 with an
+// (verdict.same_device_cast; any other device value: the Python engine decides). 1 or 0; -1 with an
 // exception set.
 int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* when = PyDict_GetItemWithError(S.plain_when, f);   // borrowed
@@ -528,7 +528,7 @@ int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
 }
 
 // Engine.launch's body with the lock held: the cases that stay in C, a plain op (it can always
-// be queued: policy.plain) or a call plain by its arguments (plain_call) continuing a known
+// be queued: verdict.plain) or a call plain by its arguments (plain_call) continuing a known
 // region path (deferred; at a segment's start the path is the root's, after
 // Engine._start_segment) or met in the middle of a segment no known region continues
 // (captured); every other case goes to the Python engine (Engine._adaptive), with the key when

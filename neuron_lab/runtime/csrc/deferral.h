@@ -20,9 +20,9 @@ struct State {
   PyObject* acquire = nullptr;       // engine.lock.acquire / .release, bound (an RLock, the
                                      // same object for the engine's life)
   PyObject* release = nullptr;
-  PyObject* plain = nullptr;         // policy.PLAIN: {OpFacts: bool}
-  PyObject* plain_when = nullptr;    // policy.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
-  long no_dropout = -1, same_device = -1;   // its kinds (policy.NO_DROPOUT, SAME_DEVICE)
+  PyObject* plain = nullptr;         // verdict.PLAIN: {OpFacts: bool}
+  PyObject* plain_when = nullptr;    // verdict.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
+  long no_dropout = -1, same_device = -1;   // its kinds (verdict.NO_DROPOUT, SAME_DEVICE)
   PyObject* zero = nullptr;          // 0.0 (a dropout_p that draws nothing)
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY (a frozenset)
   PyTypeObject* dtype_type = nullptr;          // torch.dtype, torch.memory_format, ...
