@@ -25,9 +25,10 @@ def _source(fn) -> str:
 
 
 def _cell(v) -> str:
+    share = "" if getattr(v, "fused_share", None) is None else f" (fused {v.fused_share:.0%})"
     if v.ok:
-        return "pass"
-    return "**fail**: " + v.reason.replace("|", "/").replace("\n", " ")[:240]
+        return "pass" + share
+    return "**fail**" + share + ": " + v.reason.replace("|", "/").replace("\n", " ")[:240]
 
 
 def _table(rows: list[tuple[str, str, list]], modes: list[str], first: str) -> list[str]:
@@ -60,17 +61,26 @@ def build(fused: bool = False) -> str:
         "Each row runs code nobody here wrote on CPU and on `neuron` and compares the results. "
         "*eager* and *adaptive* (per-op replay) must match CPU **bitwise**; *adaptive + fused* "
         "(inductor programs) within the tolerances in `neuron_lab/testing/zoo.py` (training: "
-        "losses rtol 1e-4, parameters rtol 1e-3 / atol 0.1·lr) and `idioms.FUSED_TOL` "
-        "(rtol 1e-4, atol 1e-5); a model passes *adaptive + fused* only if every region ran "
-        "fused (a region whose compile or fused run failed falls back to per-op and is listed "
-        "as the failure). Tests: `tests/realcode/` (CI runs a subset; `-m slow` all).",
+        "losses rtol 1e-4, each parameter's update at each step within 0.1·lr of CPU's, "
+        "final parameters rtol 1e-3 / atol 0.1·lr) and `idioms.FUSED_TOL` (rtol 1e-4, "
+        "atol 1e-5). An idiom passes *adaptive + fused* only if none of its regions failed "
+        "its compile or fused run (it would fall back to per-op: listed as the failure). A "
+        f"model passes it only if, besides, its regions were compiled after "
+        f"{zoo.FUSED_COMPILE_AFTER} hit and ran fused from step {zoo.FUSED_FROM} on: no "
+        f"region left unfused after its compile, and at least {zoo.MIN_FUSED_SHARE:.0%} of "
+        f"the ops of steps {zoo.FUSED_FROM}-{zoo.STEPS} fused (the share in brackets: "
+        "`runtime.stats()` ops fused / all ops run; unless `zoo.EXPECTED_UNFUSED` lists the "
+        "model with the reason, "
+        + (", ".join(f"{k}: {r}" for k, r in zoo.EXPECTED_UNFUSED.items()) or "none does")
+        + "). Tests: `tests/realcode/` (CI runs a subset; `-m slow` all).",
         "",
         f"## Model zoo: {zpass}/{len(zrows) * len(runs)} pass",
         "",
         f"Transformers architectures from small configs (random weights, no downloads), "
-        f"{zoo.STEPS} AdamW steps (lr {zoo.LR}) from one seed, dropout on: every step's loss "
-        f"and every parameter after the last step compared, parameter count checked (ties), "
-        f"then greedy `generate()` (text decoders and encoder-decoders) must give CPU's tokens.",
+        f"{zoo.STEPS} AdamW steps (lr {zoo.LR}) from one seed, dropout on: every step's loss, "
+        f"every parameter's update at every step and every parameter after the last step "
+        f"compared, parameter count checked (ties), then greedy `generate()` (text decoders "
+        f"and encoder-decoders) must give CPU's tokens.",
         "",
         *_table(zrows, modes, "architecture"),
         "",
