@@ -246,8 +246,8 @@ class NeuronCompile(NeuronAdaptive):
         return torch.compile(m, backend="neuron")
 
     def extra(self) -> dict:
-        from neuron_lab.compile import records
-        tc = records.snapshot()
+        from neuron_lab.compile import outcomes
+        tc = outcomes.snapshot()
         out = super().extra()
         out["torch_compile"] = {k: tc[k] for k in ("frames", "recompiles", "programs", "graph_breaks",
                                                    "failures", "dynamo_compile_seconds")}

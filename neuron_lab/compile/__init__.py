@@ -9,6 +9,6 @@ FlexAttention runs on the device's own kernels (``flex_attention``). See docs/co
 from __future__ import annotations
 
 from .backend import neuron_backend
-from .hooks import install
+from .registration import install
 
 __all__ = ["neuron_backend", "install"]

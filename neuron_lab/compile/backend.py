@@ -31,7 +31,7 @@ import warnings
 import torch
 
 from ..device import config
-from . import bridge, device_interface, flex_attention, hostgraph, records
+from . import bridge, device_interface, flex_attention, hostgraph, outcomes
 
 
 def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -50,10 +50,10 @@ def _inner_compile(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     host_inputs = hostgraph.host_example_inputs(example_inputs, fake_mode)
     hostgraph.refresh_meta(gm, host_inputs, fake_mode)
     out = compile_fx_inner(gm, host_inputs, **kwargs)
-    gid = records.next_graph_id()
+    gid = outcomes.next_graph_id()
     out.current_callable = bridge.bridged(out.current_callable, on_device,
                                            f"compiled {kind} graph {gid}")
-    records.record_program(gid, kind, gm, time.perf_counter() - t0)
+    outcomes.record_program(gid, kind, gm, time.perf_counter() - t0)
     return out
 
 
@@ -78,7 +78,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     except (dynamo_exc.RestartAnalysis, dynamo_exc.SkipFrame):
         raise
     except Exception as e:  # noqa: BLE001 - any compile error: this graph runs eagerly
-        rec = records.record_failure(gm, e, "eager")
+        rec = outcomes.record_failure(gm, e, "eager")
         if config.DEBUG.get():
             traceback.print_exc()
         if rec.location not in _warned:

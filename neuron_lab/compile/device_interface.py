@@ -11,11 +11,11 @@ backend registers both for its PrivateUse1 device; so does this module, for ``ne
   ``torch.Stream``/``torch.Event`` on ``neuron``, the modelled chip's properties, no float64.
 - the codegen registration is the host executor's C++ scheduling and Python wrapper, as
   OpenReg's. Code is never generated for a ``neuron`` graph directly: ``backend.py`` compiles
-  the same graph moved to the host executor (docs/compile.md says why), and ``hooks.py`` sends
+  the same graph moved to the host executor (docs/compile.md says why), and ``registration.py`` sends
   every graph that touches ``neuron`` there — inputs, a factory's ``device=``, a ``.to()``, or
   a traced value — from the default ``inductor`` backend as from ``backend="neuron"``.
 
-Both registrations are made when the module they extend is first imported (``hooks.install``:
+Both registrations are made when the module they extend is first imported (``registration.install``:
 ``import neuron_lab`` imports neither dynamo nor inductor).
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
    at once if it is imported already): ``import neuron_lab`` does not import dynamo, and ``torch.compile(m, backend="neuron")`` /
    ``torch.compiler.set_default_backend("neuron")`` find the name; the device's own packages
    are added to dynamo's skip list (see ``_SKIPPED``), and graph breaks are recorded with the
-   user's line (``records``).
+   user's line (``outcomes``).
 2. ``torch.compile(m)`` with the default ``"inductor"`` backend: PyTorch's
    ``_TorchCompileInductorWrapper`` calls inductor's ``compile_fx``, which generates code for a
    graph's own device. The patched ``__call__`` hands every graph that touches ``neuron`` — an
@@ -89,7 +89,7 @@ def _watch_graph_breaks() -> None:
     per-reason counter, and its located message goes to a logger that is off by default."""
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
-    from . import records
+    from . import outcomes
     orig = InstructionTranslatorBase.log_graph_break
 
     def log_graph_break(self, code_options, reason, exc):
@@ -97,7 +97,7 @@ def _watch_graph_breaks() -> None:
             try:
                 stack = getattr(exc, "real_stack", None) or torch._guards.TracingContext.extract_stack()
                 frame = stack[-1] if stack else None
-                records.record_graph_break(frame.filename if frame else code_options.get("co_filename"),
+                outcomes.record_graph_break(frame.filename if frame else code_options.get("co_filename"),
                                            frame.lineno if frame else code_options.get("co_firstlineno"),
                                            _describe(reason, exc))
             except Exception:   # noqa: BLE001 - the record is best effort; dynamo's log is not

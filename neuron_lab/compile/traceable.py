@@ -1,4 +1,4 @@
-"""Replacements that dynamo must trace through (kept off the skip list in ``hooks.py``).
+"""Replacements that dynamo must trace through (kept off the skip list in ``registration.py``).
 
 FlexAttention checks its inputs' device against a fixed list (cuda, cpu, xpu, hpu, mps) and
 refuses any other, and decides from the device type whether its kernel returns the

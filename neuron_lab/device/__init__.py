@@ -2,7 +2,7 @@
 
 Modules: ``registry`` (registration and the few patches PyTorch needs), ``shell`` (device
 tensors and their host data), ``kernels`` (the generic kernel), ``transfers`` (the transfer
-ops' kernels), ``opinfo`` (per-op facts from schemas), ``memory`` (accounting, OOM),
+ops' kernels), ``op_facts`` (per-op facts from schemas), ``memory`` (accounting, OOM),
 ``dtypes`` (Trainium rules), ``tracking`` (executed ops, fallbacks, sync points), ``module``
 (``torch.neuron``), ``executor`` (CPU/CUDA host), ``config`` (knobs), ``events`` (the
 instrumentation bus).

@@ -23,7 +23,7 @@ import torch
 
 from . import config, dtypes, hooks, memory, seam, shell, sizing, tracking
 from .executor import host_device
-from .opinfo import OpFacts, draws_random
+from .op_facts import OpFacts, draws_random
 
 Tensor = torch.Tensor
 _NEURON = "neuron"

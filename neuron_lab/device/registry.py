@@ -19,7 +19,7 @@ import torch
 
 from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches, seam,
                serialization, streams, tracking, transfers)
-from .opinfo import facts, overload
+from .op_facts import facts, overload
 
 _registered = False
 _libs: list = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from . import kernels, seam, shell, tracking
-from .opinfo import facts
+from .op_facts import facts
 
 Tensor = torch.Tensor
 _NEURON = "neuron"

@@ -1,7 +1,7 @@
 """Distributed training on ``neuron`` through PyTorch's own APIs (layer: imports device, runtime).
 
 ``import neuron_lab`` registers the ``neuron`` collective backend with ``torch.distributed``
-(``backend.py``) and the ``neuron`` kernels of PyTorch's c10d collective ops
+(``process_group.py``) and the ``neuron`` kernels of PyTorch's c10d collective ops
 (``collectives.py``). Nothing here is a distributed engine of its own: ``init_process_group``,
 ``torchrun``, DDP, FSDP2, DTensor/DeviceMesh, tensor parallel and distributed checkpoint are
 PyTorch's; this package makes the ``neuron`` device one they can run on.
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch.distributed as dist
 
 from ..device import tracking
-from . import backend, collectives, functional
+from . import collectives, functional, process_group
 
 
 class RankInfo(NamedTuple):
@@ -52,7 +52,7 @@ def register() -> None:
     """Register the backend and the collective kernels (idempotent)."""
     collectives.register()
     functional.register()
-    backend.register()
+    process_group.register()
 
 
 __all__ = ["register", "rank_info", "RankInfo", "summary"]

@@ -17,7 +17,7 @@ Meta), and each does, in order:
    an all-gather's output) writes the device tensor's own bytes, so in-place semantics hold.
 4. **Transport**: the same op runs on the host views, dispatched to the host executor's kernel,
    which hands them to the process group's backend for the host device — gloo for the CPU
-   executor. The group's ``neuron`` backend (``backend.py``) is that same gloo instance and is
+   executor. The group's ``neuron`` backend (``process_group.py``) is that same gloo instance and is
    registered for the host device on first use if the group lacks one. The op's own arguments
    (the opaque ``ReduceOp``, ``async_op``, timeout) pass through untouched, so every reduction
    and option behaves as gloo's does on CPU tensors, errors included.

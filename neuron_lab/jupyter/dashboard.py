@@ -17,7 +17,7 @@ import threading
 
 from ..telemetry import cells as cell_tracker
 from ..telemetry import metrics, store
-from ..telemetry.report import _fmt_bytes
+from ..telemetry.overview import _fmt_bytes
 from .magics import fallback_table, region_table
 from .views import Table
 

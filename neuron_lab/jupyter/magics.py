@@ -15,12 +15,12 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .. import distributed, runtime
-from ..compile import records as compile_records
+from ..compile import outcomes as compile_outcomes
 from ..device import executor, memory, tracking
 from ..telemetry import profile as _profile
 from ..telemetry import store
 from ..telemetry.advise import advise
-from ..telemetry.report import _fmt_bytes
+from ..telemetry.overview import _fmt_bytes
 from .views import Table, Text
 
 
@@ -52,7 +52,7 @@ def region_table() -> Table:
 
 
 def compile_table() -> Table:
-    tc = compile_records.snapshot()
+    tc = compile_outcomes.snapshot()
     programs = [{"graph": p["graph_id"], "kind": p["kind"], "ops": p["nodes"],
                  "compile_s": p["seconds"], "opaque ops": p["opaque_ops"]}
                 for p in tc["recent_programs"][-10:]]

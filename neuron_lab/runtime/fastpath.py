@@ -23,7 +23,7 @@ import torch
 
 from ..device import config, kernels, tracking
 from ..device.dtypes import HOST_ONLY
-from ..device.opinfo import OpFacts
+from ..device.op_facts import OpFacts
 from . import adaptive, cache, host_scalars, knobs, record, verdict
 from .native import extension
 

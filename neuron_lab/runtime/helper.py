@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
-from ..device.opinfo import overload
+from ..device.op_facts import overload
 from . import knobs
 from .programs import Build
 

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import torch
 
 from ..device.kernels import bool_indexing
-from ..device.opinfo import draws_random
+from ..device.op_facts import draws_random
 from . import dropout, host_scalars, random_now
 
 

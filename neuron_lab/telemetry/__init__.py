@@ -12,7 +12,7 @@ from .cost_model import cost_model
 from .estimate import estimate
 from .export import export_chrome_trace, export_table, read_table
 from .profile import profile
-from .report import metrics, metrics_report
+from .overview import metrics, metrics_report
 from .sampler import Sampler
 from .store import store
 from .switch import disable_all, enable_all, enabled

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import distributed, runtime
-from ..compile import records as compile_records
+from ..compile import outcomes as compile_outcomes
 from ..device import executor, memory, tracking
 from .store import store
 
@@ -29,7 +29,7 @@ def metrics() -> dict:
             "fallbacks": tracking.fallback_ops(), "cells": cells,
             "compiles": compiles, "launch_records": launches,
             "fallback_events": fallback_events, "sites": store.sites(),
-            "torch_compile": compile_records.snapshot(), "distributed": distributed.summary()}
+            "torch_compile": compile_outcomes.snapshot(), "distributed": distributed.summary()}
 
 
 def _fmt_bytes(n: float) -> str:

@@ -39,7 +39,7 @@ from .recording import live_recording
 from .trace_file import write_trace
 from .estimate import OpCosts, price
 from .export import export_chrome_trace, export_table
-from .report import metrics
+from .overview import metrics
 from .sampler import Sampler
 from .store import store
 

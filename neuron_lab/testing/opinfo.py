@@ -206,7 +206,7 @@ def rates(results: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    from . import report
+    from . import opinfo_report
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="every entry of op_db (~700; minutes)")
     p.add_argument("--mode", choices=("eager", "adaptive", "both"), default="eager",
@@ -232,8 +232,8 @@ def main(argv=None) -> int:
         for mode in (("eager", "adaptive") if a.mode == "both" else (a.mode,)):
             t1 = time.time()
             by_mode[mode] = sweep(a.full, mode, names, a.limit, show, getattr(torch, a.dtype))
-            print(report.summary(by_mode[mode], mode, time.time() - t1), flush=True)
-    text = report.markdown(by_mode, time.time() - t0, full=a.full, dtype=a.dtype)
+            print(opinfo_report.summary(by_mode[mode], mode, time.time() - t1), flush=True)
+    text = opinfo_report.markdown(by_mode, time.time() - t0, full=a.full, dtype=a.dtype)
     for path, data in ((a.report, text), (a.json, json.dumps(by_mode, indent=1))):
         if path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

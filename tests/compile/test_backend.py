@@ -40,7 +40,7 @@ def test_forward_matches_cpu(how, mode):
     m, x = _mlp(), torch.randn(5, 8)
     ref, ref2 = m(x), m(x * 2)
     mn, xn = _mlp().to("neuron"), x.to("neuron")
-    neuron_lab.compile.records.clear()
+    neuron_lab.compile.outcomes.clear()
     with neuron_lab.mode(mode):
         if how == "backend=neuron":
             f = torch.compile(mn, backend="neuron")
@@ -55,7 +55,7 @@ def test_forward_matches_cpu(how, mode):
         torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-6)
         out2 = f(xn * 2)                   # second call: the compiled program, same guards
         torch.testing.assert_close(out2.cpu(), ref2, rtol=1e-5, atol=1e-6)
-    snap = neuron_lab.compile.records.snapshot()
+    snap = neuron_lab.compile.outcomes.snapshot()
     assert snap["frames"] == 1 and snap["programs"] == 1, snap
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.compile import records
+from neuron_lab.compile import outcomes
 
 
 def _branchy(x, w):
@@ -17,7 +17,7 @@ def _branchy(x, w):
 
 @pytest.mark.parametrize("mode", ["eager", "adaptive"])
 def test_graph_break_on_a_data_dependent_branch_matches(mode):
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_branchy, backend="neuron")
     g = torch.Generator().manual_seed(0)
     w = torch.randn(6, 6, generator=g)
@@ -26,7 +26,7 @@ def test_graph_break_on_a_data_dependent_branch_matches(mode):
             x = sign * torch.rand(4, 6, generator=g)
             out = f(x.to("neuron"), w.to("neuron"))
             torch.testing.assert_close(out.cpu(), _branchy(x, w), rtol=1e-5, atol=1e-6)
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["graph_breaks"] >= 1
     site = snap["graph_break_sites"][0]
     line = _branchy.__code__.co_firstlineno + 2
@@ -35,7 +35,7 @@ def test_graph_break_on_a_data_dependent_branch_matches(mode):
 
 
 def test_a_compile_failure_runs_the_graph_eagerly_and_is_recorded():
-    records.clear()
+    outcomes.clear()
 
     def f(a):
         return (a * 3).sin() + a
@@ -46,7 +46,7 @@ def test_a_compile_failure_runs_the_graph_eagerly_and_is_recorded():
         out = cf(a.to("neuron"))
     assert out.device.type == "neuron"
     assert torch.equal(out.cpu(), f(a))          # eager on neuron: bitwise CPU's
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["failures"] == 1 and snap["programs"] == 0
     fail = snap["recent_failures"][0]
     assert fail["fallback"] == "eager" and "test_breaks_and_shapes.py:" in fail["location"]
@@ -60,14 +60,14 @@ def _head(x, w):
 def test_variable_lengths_compile_few_graphs():
     """Sequence lengths 5..40: one static graph, then one dynamic graph after the first change
     (automatic dynamic); no recompile per length."""
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_head, backend="neuron")
     w = torch.randn(16, 8)
     wn = w.to("neuron")
     for t in (5, 9, 13, 21, 33, 40):
         x = torch.randn(2, t, 16)
         torch.testing.assert_close(f(x.to("neuron"), wn).cpu(), _head(x, w), rtol=1e-5, atol=1e-6)
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["programs_by_kind"].get("inference", 0) <= 2, snap["recent_programs"]
     assert snap["frames"] == 2 and snap["recompiles"] == 1
     (rec,) = snap["recent_recompiles"]
@@ -75,7 +75,7 @@ def test_variable_lengths_compile_few_graphs():
 
 
 def test_mark_dynamic_compiles_one_graph():
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_head, backend="neuron")
     w = torch.randn(16, 8).to("neuron")
     for t in (7, 12, 30):
@@ -83,13 +83,13 @@ def test_mark_dynamic_compiles_one_graph():
         xn = x.to("neuron")
         torch._dynamo.mark_dynamic(xn, 1)
         torch.testing.assert_close(f(xn, w).cpu(), _head(x, w.cpu()), rtol=1e-5, atol=1e-6)
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["programs_by_kind"].get("inference", 0) == 1
 
 
 def test_metrics_show_graphs_breaks_recompiles_and_time():
     import json
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_branchy, backend="neuron")
     w = torch.randn(6, 6).to("neuron")
     f(torch.rand(4, 6).to("neuron"), w)
@@ -108,7 +108,7 @@ def test_neuron_compile_magic_lists_programs_breaks_and_recompiles():
     from IPython.core.interactiveshell import InteractiveShell
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "neuron_lab")
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_branchy, backend="neuron")
     w = torch.randn(6, 6).to("neuron")
     f(torch.rand(4, 6).to("neuron"), w)

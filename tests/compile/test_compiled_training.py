@@ -46,14 +46,14 @@ def _train(kind, device, compiled, steps=3, opt_cls=torch.optim.AdamW):
 @pytest.mark.parametrize("kind", ["mlp", "conv"])
 def test_compiled_training_matches_cpu_eager(kind):
     ref_losses, ref_state = _train(kind, "cpu", compiled=False)
-    programs = neuron_lab.compile.records.snapshot()["programs"]
+    programs = neuron_lab.compile.outcomes.snapshot()["programs"]
     losses, state = _train(kind, "neuron", compiled=True)
     assert losses == pytest.approx(ref_losses, rel=1e-4)
     for k, v in ref_state.items():
         torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=k)
-    kinds = [p["kind"] for p in neuron_lab.compile.records.snapshot()["recent_programs"]]
+    kinds = [p["kind"] for p in neuron_lab.compile.outcomes.snapshot()["recent_programs"]]
     # forward + backward of the model, and the optimizer step (an inference graph)
-    assert neuron_lab.compile.records.snapshot()["programs"] - programs >= 3
+    assert neuron_lab.compile.outcomes.snapshot()["programs"] - programs >= 3
     assert {"forward", "backward", "inference"} <= set(kinds)
 
 

@@ -6,7 +6,7 @@ eager (integers exactly; floats rtol 1e-6)."""
 import pytest
 import torch
 
-from neuron_lab.compile import records
+from neuron_lab.compile import outcomes
 
 
 def test_device_interface_registered():
@@ -43,7 +43,7 @@ def _to_cpu(x_cpu):
 
 @pytest.mark.parametrize("backend", ["inductor", "neuron"])
 def test_graphs_that_create_move_or_return_neuron_tensors(backend):
-    records.clear()
+    outcomes.clear()
     f = torch.compile(_factory, backend=backend)
     out = f(8)
     assert out.device.type == "neuron" and out.item() == 28
@@ -56,6 +56,6 @@ def test_graphs_that_create_move_or_return_neuron_tensors(backend):
     got = torch.compile(_to_cpu, backend=backend)(torch.ones(4))
     assert got.device.type == "cpu"
     torch.testing.assert_close(got, torch.tensor([3.0, 5.0, 7.0, 9.0]))
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["failures"] == 0, snap["recent_failures"]
     assert snap["programs"] >= 3, snap

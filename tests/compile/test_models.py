@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.compile import records
+from neuron_lab.compile import outcomes
 
 transformers = pytest.importorskip("transformers")
 
@@ -43,12 +43,12 @@ def _fwd_bwd_matches(make, labels_len=None):
     ref_model = copy.deepcopy(model)
     ref = ref_model(input_ids=ids, labels=labels)
     ref.loss.backward()
-    records.clear()
+    outcomes.clear()
     dev_model = model.to("neuron")
     out = torch.compile(dev_model, backend="neuron")(input_ids=ids.to("neuron"),
                                                       labels=labels.to("neuron"))
     out.loss.backward()
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["failures"] == 0, snap["recent_failures"]
     assert snap["programs_by_kind"].get("forward", 0) >= 1
     assert snap["programs_by_kind"].get("backward", 0) >= 1
@@ -82,11 +82,11 @@ def test_static_cache_generate_gives_cpu_tokens():
     model = _llama().eval()
     ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(2))
     ref = model.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation="static")
-    records.clear()
+    outcomes.clear()
     out = model.to("neuron").generate(ids.to("neuron"), max_new_tokens=8, do_sample=False,
                                       cache_implementation="static")
     assert out.cpu().tolist() == ref.tolist()
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["programs"] >= 1 and snap["failures"] == 0, snap
 
 
@@ -99,13 +99,13 @@ def test_flex_attention_with_a_causal_score_mod_matches():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 2, 16, 16, generator=g) for _ in range(3))
     ref = flex_attention(q, k, v, score_mod=_causal)        # CPU eager (its reference path)
-    records.clear()
+    outcomes.clear()
     f = torch.compile(flex_attention, backend="neuron")
     out = f(q.to("neuron"), k.to("neuron"), v.to("neuron"), score_mod=_causal)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(out.cpu(), sdpa, rtol=1e-5, atol=1e-5)
-    snap = records.snapshot()
+    snap = outcomes.snapshot()
     assert snap["programs"] == 1 and snap["graph_breaks"] == 0 and snap["failures"] == 0, snap
 
 

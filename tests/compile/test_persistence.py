@@ -14,7 +14,7 @@ out = f(a.to("neuron"), b.to("neuron"))
 assert torch.allclose(out.cpu(), (a @ b).relu().sum(dim=0), rtol=1e-5, atol=1e-6)
 print(json.dumps({"hit": counters["inductor"]["fxgraph_cache_hit"],
                   "miss": counters["inductor"]["fxgraph_cache_miss"],
-                  "programs": neuron_lab.compile.records.snapshot()["programs"]}))
+                  "programs": neuron_lab.compile.outcomes.snapshot()["programs"]}))
 """
 
 

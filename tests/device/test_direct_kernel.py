@@ -239,7 +239,7 @@ def test_several_outputs_past_the_capacity_raise_and_nothing_stays_counted():
 def test_a_batch_norm_past_the_capacity_updates_its_running_stats_once():
     """``native_batch_norm`` writes its running statistics though its schema does not say so:
     it stays off the direct kernel, whose Python-path retry after an output past the capacity
-    would update them twice (opinfo.UNDECLARED_WRITES)."""
+    would update them twice (op_facts.UNDECLARED_WRITES)."""
     bn = torch.nn.BatchNorm1d(64)
     x = torch.randn(4096, 64)
     dbn, dx = torch.nn.BatchNorm1d(64).to("neuron"), x.to("neuron")
@@ -350,7 +350,7 @@ def test_run_now_runs_an_op_on_the_direct_kernel_whatever_the_switch():
     """The adaptive engine's capture runs each op at once through ``kernels.run_now``: on the
     direct kernel where it takes the call, else ``execute`` (float64: a recorded fallback)."""
     from neuron_lab.device import kernels
-    from neuron_lab.device.opinfo import facts
+    from neuron_lab.device.op_facts import facts
     x = torch.randn(5)
     n = x.to("neuron")
     mul = facts(torch.ops.aten.mul.Tensor)

@@ -5,7 +5,7 @@ import torch
 
 import neuron_lab
 from neuron_lab.device import kernels, memory, registry, tracking
-from neuron_lab.device.opinfo import facts
+from neuron_lab.device.op_facts import facts
 
 pytestmark = pytest.mark.skipif(registry._native is None, reason="native extension not built")
 

@@ -8,7 +8,7 @@ import torch
 
 import neuron_lab
 from neuron_lab.device import config, executor, registry, seam
-from neuron_lab.device.opinfo import facts, overload
+from neuron_lab.device.op_facts import facts, overload
 
 pytestmark = pytest.mark.skipif(
     registry._native is None or not config.DIRECT.get() or executor.host_device().type != "cpu",

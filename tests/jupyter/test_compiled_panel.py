@@ -1,7 +1,7 @@
 """The panel's "Compiled graphs" section (snapshot ``compiled``) for a function compiled in a
 notebook cell: the graph break and the recompile are at ``Cell In[N], line M`` of the cell that
 defines the function, with the break's reason and the failed guard."""
-from neuron_lab.compile import records
+from neuron_lab.compile import outcomes
 from neuron_lab.jupyter.comm import snapshot_body
 
 DEFINE = """\
@@ -17,7 +17,7 @@ w = torch.randn(6, 6).to("neuron")
 
 
 def test_graph_break_and_recompile_rows_point_at_the_cell(ip):
-    records.clear()
+    outcomes.clear()
     n = ip.execution_count
     ip.run_cell(DEFINE, store_history=True).raise_error()
     ip.run_cell("f(torch.rand(4, 6).to('neuron'), w)\nf(torch.rand(5, 6).to('neuron'), w)\n",

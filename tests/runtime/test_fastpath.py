@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import neuron_lab.runtime as rt
-from neuron_lab.device.opinfo import facts
+from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import fastpath, record
 
 ext = fastpath.extension()

@@ -9,7 +9,7 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device import shell
 from neuron_lab.device.executor import host_device
-from neuron_lab.device.opinfo import facts
+from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import native, record, replay
 from neuron_lab.runtime.pending import fill
 

@@ -8,7 +8,7 @@ from neuron_lab.runtime.status import NEXT, BadTransition, Status
 
 def _region():
     import torch
-    from neuron_lab.device.opinfo import facts
+    from neuron_lab.device.op_facts import facts
     rec = QueuedOp(facts(torch.ops.aten.add.Tensor), (), None, ("k",), [])
     return RegionCache().insert([rec])
 

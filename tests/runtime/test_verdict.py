@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from neuron_lab import runtime
-from neuron_lab.device.opinfo import facts
+from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import verdict
 from neuron_lab.runtime.verdict import Kind
 
