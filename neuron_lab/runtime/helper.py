@@ -268,6 +268,7 @@ def _started() -> subprocess.Popen | None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [root, *sys.path, env.get("PYTHONPATH")] if p)
+    env[knobs.COMPILE_NICE.env] = str(knobs.COMPILE_NICE.get())     # as set in this process
     quiet = not knobs.DEBUG_LEVEL()
     try:
         _proc = subprocess.Popen([sys.executable, "-c", _MAIN],
@@ -293,6 +294,16 @@ def _ended() -> None:
     if p is not None and p.poll() is None:
         p.kill()
         p.wait()
+
+
+def _lower_priority(nice: int) -> None:
+    """Run the helper (and the C++ compiler it starts) ``nice`` steps below the user's process:
+    where both want one core, the user's loop gets most of it and the compile what is left
+    (at 10, about a tenth against one busy process); an idle core is the helper's anyway."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    except (OSError, AttributeError):      # not permitted, or not a POSIX system
+        pass
 
 
 def stop(wait_s: float = 1.0) -> None:
@@ -343,6 +354,7 @@ def _serve(inp, out) -> None:
 
 def main() -> None:
     torch.set_num_threads(1)
+    _lower_priority(knobs.COMPILE_NICE.get())
     replies = os.fdopen(os.dup(1), "wb")      # replies only: prints go to stderr
     os.dup2(2, 1)
     _serve(sys.stdin.buffer, replies)

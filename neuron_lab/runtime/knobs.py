@@ -39,6 +39,10 @@ COMPILE_HELPER = Knob("NEURON_LAB_COMPILE_HELPER", True, boolean,
                       doc="background compiles run in a helper process; the user's process "
                           "loads the result from inductor's caches (helper.py; 0: compile in "
                           "the compile thread)")
+COMPILE_NICE = Knob("NEURON_LAB_COMPILE_NICE", 10, int, minimum=0,
+                    doc="how far below the user's process the compile helper's CPU priority "
+                        "is (Unix nice steps; 0: the same): where they share a core, the "
+                        "user's loop keeps most of it and compiles take longer")
 COMPILE_TIMEOUT_S = Knob("NEURON_LAB_COMPILE_TIMEOUT_S", 600.0, float, minimum=0.0,
                          doc="seconds a region's compile in the helper may take; past them the "
                              "helper is stopped (the next compile starts another) and the "

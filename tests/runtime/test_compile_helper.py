@@ -192,6 +192,18 @@ def test_the_helper_replies_with_its_error():
     assert r2.ok and r2.error is None
 
 
+def test_the_helper_runs_below_the_users_priority(background):
+    """Where the helper and the user's loop share a core, the loop keeps most of it."""
+    from neuron_lab.runtime import knobs
+    helper.stop()
+    with knobs.COMPILE_NICE.scoped(7):
+        _train("neuron", 4)
+        assert helper.running()
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, helper._proc.pid) == min(own + 7, 19)
+    helper.stop()
+
+
 def test_stop_ends_the_helper(background):
     _train("neuron", 4)
     assert helper.running()
