@@ -9,9 +9,12 @@ from neuron_lab.runtime import fused, knobs, policy, replay
 from neuron_lab.runtime.status import Status
 
 
-def test_verdict_rule():
-    v = policy.verdict
+def test_trial_outcome_rule():
+    v = policy.trial_outcome
     assert v([1.0], [2.0], 3) is None                       # one sample each: keep sampling
+    assert v([1.0], [4.0], 3) == "fused"                    # ... unless 4x apart
+    assert v([4.0], [1.0], 3) == "per-op"
+    assert v([1.0], [3.9], 3) is None
     assert v([1.0, 1.1], [2.0, 2.1], 3) == "fused"          # separated after 2 each
     assert v([2.0, 2.1], [1.0, 1.1], 3) == "per-op"
     assert v([1.0, 3.0], [2.0, 2.5], 3) is None             # overlapping: a third sample
