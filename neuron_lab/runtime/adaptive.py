@@ -59,7 +59,8 @@ _pending = native.twin("pending", shell.pending)       # C twins: deferral_shell
 _pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
 _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
-_PLAIN = verdict.PLAIN         # {OpFacts: verdict.plain(f)}
+_OP_BITS = verdict.OP_BITS     # {OpFacts: bits} (verdict.py)
+_PLAIN_BIT = verdict.PLAIN_BIT  # every call of the op is queued
 
 
 class Engine:
@@ -114,7 +115,8 @@ class Engine:
             return _execute(f, args, kwargs)
         with self.lock:
             node = self.node
-            if node is not None and _PLAIN.get(f) and node.depth == len(self.records):
+            if (node is not None and _OP_BITS.get(f, 0) & _PLAIN_BIT
+                    and node.depth == len(self.records)):
                 # the hot path: deferring along a known region, one op at a time
                 try:
                     described = describe(f, args, kwargs, node.depth, self.producers)

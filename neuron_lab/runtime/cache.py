@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from . import knobs
+from . import knobs, native
 from .compiler import data_floats
 from .record import CALLER
 from .status import Status, check
@@ -22,25 +22,34 @@ _ids = itertools.count(1)
 _moving = threading.Lock()
 
 
-class Node:
-    """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
-    determines it, so it is the same for every region through this node)."""
-    __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "_new_bytes",
-                 "_alias_outs", "where", "fast", "key")
+class _Fields:
+    """The trie node's fields, in Python: the reference ``NEURON_LAB_NATIVE_DEFER=0`` runs
+    with; the extension's ``Node`` (``csrc/trie_node.cpp``) has the same ones, in a C struct
+    its hot path reads."""
+    __slots__ = ("children", "region", "depth", "metas", "structure", "plan", "fast", "key",
+                 "where", "_new_bytes", "_alias_outs")
 
     def __init__(self, depth: int = 0, metas=None, structure=None, where=None, key=None) -> None:
-        self.key = key            # the key that leads here from the parent (None at the root):
-                                  # a deferred op's record holds this one, not its own equal copy
-        self.where = where        # the user's line that issued this op when it was recorded
         self.children: dict = {}
-        self.region: Region | None = None
+        self.region = None
         self.depth = depth
         self.metas = metas
         self.structure = structure
-        self.plan = None          # record.out_plan: tuple of OutSpec, built on first deferral
-        self.fast = None          # record.FastOut, False when the op is not that simple, or None
-        self._new_bytes = None
-        self._alias_outs = None
+        self.where = where
+        self.key = key
+        self.plan = self.fast = self._new_bytes = self._alias_outs = None
+
+
+class Node(native.twin("Node", _Fields)):
+    """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
+    determines it, so it is the same for every region through this node).
+
+    ``key``: the key that leads here from the parent (None at the root); a deferred op's record
+    holds this one, not its own equal copy. ``where``: the user's line that issued this op when
+    it was recorded. ``plan``: ``record.out_plan``, a tuple of OutSpec built at the first
+    deferral; ``fast``: ``record.FastOut``, False when the op is not that simple, or None.
+    ``region``: the region ending here, or None."""
+    __slots__ = ()
 
     @property
     def new_bytes(self) -> int:

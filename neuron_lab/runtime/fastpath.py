@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from ..device import config, kernels, tracking
+from ..device import kernels, tracking
 from ..device.dtypes import HOST_ONLY
-from ..device.op_facts import OpFacts
-from . import adaptive, cache, host_scalars, knobs, record, verdict
+from . import adaptive, host_scalars, record, verdict
 from .native import extension
 
 
@@ -48,18 +47,18 @@ def seam_runtime(engine: adaptive.Engine):
     if ext is None:
         return engine
     ext.configure({
-        "engine": engine, "lock": engine.lock, "plain": verdict.PLAIN,
+        "engine": engine, "lock": engine.lock, "op_bits": verdict.OP_BITS,
+        "plain_bit": verdict.PLAIN_BIT, "floats_bit": verdict.FLOATS_BIT,
+        "direct_bit": verdict.DIRECT_BIT,
         "plain_when": verdict.PLAIN_WHEN, "no_dropout": verdict.NO_DROPOUT,
         "same_device": verdict.SAME_DEVICE,
         "host_only": HOST_ONLY, "dtype_type": torch.dtype, "layout_type": torch.layout,
         "memory_format_type": torch.memory_format, "device_type": torch.device,
         "size_type": torch.Size,
-        "node_type": cache.Node, "facts_type": OpFacts,
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
         "ref": record.ref, "rebuild": record.rebuild, "pending_kind": record.PENDING,
         "not_tensor_kind": record.NOT_TENSOR,
-        "mode": knobs.MODE, "unset": config._UNSET,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "run_now": kernels.run_now, "run_handed": kernels._run_handed,
@@ -72,6 +71,14 @@ def seam_runtime(engine: adaptive.Engine):
     engine.describe = ext.describe      # capture's keys too (the same keys, ~3 us less per op)
     tracking.count_native(ext.deferred_counts)   # the C path counts its ops per facts
     return SeamRuntime(engine, ext.launch)
+
+
+def follow_mode(adaptive: bool) -> None:
+    """Tell the C path the mode knob's value (it never reads the knob): ops come to it in
+    adaptive mode, to ``Engine.launch`` otherwise."""
+    ext = extension()
+    if ext is not None:
+        ext.set_adaptive(adaptive)
 
 
 def counts() -> tuple[int, int]:

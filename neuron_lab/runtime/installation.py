@@ -181,9 +181,11 @@ def _follow_mode() -> None:
     if rt is None:
         return
     try:
-        eager = knobs.MODE.get() == "eager"
+        mode = knobs.MODE.get()
     except ConfigError:         # a bad NEURON_LAB_MODE: raised where the mode is read
-        eager = False
+        mode = None
+    eager = mode == "eager"
+    fastpath.follow_mode(mode == "adaptive")
     if eager:
         rt.engine.queue.wait()  # the device's C++ kernels run eager ops after queued launches
     seam.run_directly(eager and not rt.engine.records)

@@ -1,7 +1,7 @@
 """Whether an op call on ``neuron`` tensors enters the queue: one verdict, with its reason.
 
 The adaptive engine asks this module, and only this one, what to do with a call
-(``Engine._adaptive``; the C hot path reads the same answers from ``PLAIN`` and ``PLAIN_WHEN``).
+(``Engine._adaptive``; the C hot path reads the same answers from ``OP_BITS`` and ``PLAIN_WHEN``).
 The verdict is one of:
 
 =================  ===============================================================================
@@ -23,7 +23,7 @@ The verdict is one of:
 =================  ===============================================================================
 
 What is decided once, per op: ``plain(f)`` (every call of ``f`` is queued: no RNG, no
-data-dependent shape, no host access; cached in ``PLAIN``, which the C path reads) and, for the
+data-dependent shape, no host access; cached in ``OP_BITS``, which the C path reads) and, for the
 others, the one argument test that makes a call queueable (``PLAIN_WHEN``: dropout_p == 0, a cast
 staying on ``neuron``). What depends on the call (a dropout probability, a cast's target device,
 an index's dtype, which arguments are CPU tensors) is read per call, and a call that is queued
@@ -74,7 +74,12 @@ def queueable(f) -> bool:
     return q
 
 
-PLAIN: dict = {}     # {OpFacts: plain(f)}; the C hot path reads it too (fastpath.configure)
+# {OpFacts: bits}, filled by ``plain`` at an op's first call: what the C hot path needs to know
+# of an op (fastpath.configure hands it over), so it never reads an OpFacts object.
+OP_BITS: dict = {}
+PLAIN_BIT = 1        # every call of the op is queued (``plain``)
+FLOATS_BIT = 2       # its Python floats are data, not key (OpFacts.floats_are_data)
+DIRECT_BIT = 4       # the device's direct kernel can run it (OpFacts.direct_kernel)
 PLAIN_WHEN: dict = {}    # {OpFacts: plain_when(f)} for the ops that are not plain (C reads it)
 NO_DROPOUT, SAME_DEVICE = 1, 2
 
@@ -82,13 +87,14 @@ NO_DROPOUT, SAME_DEVICE = 1, 2
 def plain(f) -> bool:
     """Is every call of ``f`` queued, whatever its arguments? (No RNG, data-dependent shape,
     host access, same-device cast or boolean indexing to look at per call.) Cached per op."""
-    p = PLAIN.get(f)
-    if p is None:
+    b = OP_BITS.get(f)
+    if b is None:
         p = (not f.random and not f.data_dependent and queueable(f)
              and f.base not in ("index", "_to_copy"))
         PLAIN_WHEN[f] = None if p else _plain_when(f)
-        PLAIN[f] = p
-    return p
+        b = OP_BITS[f] = ((PLAIN_BIT if p else 0) | (FLOATS_BIT if f.floats_are_data else 0)
+                          | (DIRECT_BIT if f.direct_kernel else 0))
+    return bool(b & PLAIN_BIT)
 
 
 def _plain_when(f):

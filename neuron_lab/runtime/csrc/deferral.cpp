@@ -8,8 +8,9 @@
 // Python took for that (building the key, the trie lookup, the tensor, two weak references, two
 // producer entries, the record) are C calls on the same Python objects, so the engine's slow
 // paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
-// what the Python path would have built (their attributes read from the engine's instance dict
-// and the trie node's and OpFacts' slots: ``slot_get``, ``engine_get``):
+// what the Python path would have built (the trie node's fields read from its C struct,
+// trie_node.h; an op's facts from its verdict.OP_BITS entry; the engine's segment state from its
+// instance dict, ``engine_get``):
 //
 //   key      (facts, (arg keys...)) as record.describe builds it (deferral_keys.cpp); where the
 //            trie node has one child (a region's path), compared with that child's key
@@ -41,10 +42,10 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "trie_node.h"
 #include "records.h"   // set_producer
 #include "weak_outputs.h"
 
-#include <structmember.h>   // after Python.h (deferral.h): PyMemberDescrObject, T_OBJECT_EX
 
 #include <utility>
 
@@ -57,7 +58,7 @@ State S;
 
 // interned names
 PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats,
-    *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
+    *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
     *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
     *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
     *s_cache, *s_root, *s_start_segment, *s_device;
@@ -68,24 +69,13 @@ namespace {
 
 using namespace deferral;
 
-// Attribute reads on the hot path without the generic lookup (~15 a deferred op): the engine's
-// attributes from its instance dictionary, a trie node's (cache.Node) and an op's (OpFacts)
-// from their slots, at the member offsets ``configure`` reads from the types. Any other object,
-// or an unset slot, takes PyObject_GetAttr (which raises the AttributeError). New references.
-struct Slot {
-  PyTypeObject* type = nullptr;
-  Py_ssize_t offset = 0;
-  PyObject* name = nullptr;
-};
-Slot node_depth, node_children, node_fast, node_key, node_metas, node_where, node_plan,
-    node_structure, facts_floats, facts_direct;
-
-PyObject* slot_get(PyObject* o, const Slot& s) {
-  if (Py_TYPE(o) == s.type) {
-    PyObject* v = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + s.offset);
-    if (v != nullptr) return Py_NewRef(v);
-  }
-  return PyObject_GetAttr(o, s.name);
+// A field of trie node ``o`` (trie_node.h: the struct this extension defines), a new reference;
+// nullptr with a TypeError set if ``o`` is not a node.
+PyObject* node_field(PyObject* o, PyObject* trie::NodeObject::*field) {
+  trie::NodeObject* n = trie::as_node(o);
+  if (n == nullptr) return nullptr;
+  PyObject* v = n->*field;
+  return Py_NewRef(v != nullptr ? v : Py_None);
 }
 
 PyObject* engine_get(PyObject* name) {
@@ -96,32 +86,6 @@ PyObject* engine_get(PyObject* name) {
     if (PyErr_Occurred()) return nullptr;
   }
   return PyObject_GetAttr(S.engine, name);
-}
-
-Slot slot_of(py::handle type, const char* name) {
-  PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(type.ptr())->tp_dict, name);
-  if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type ||
-      reinterpret_cast<PyMemberDescrObject*>(d)->d_member->type != T_OBJECT_EX)
-    throw py::type_error(std::string("neuron_lab: ") + name + " must be a __slots__ attribute");
-  Slot s;
-  hold(s.type, type);
-  s.offset = reinterpret_cast<PyMemberDescrObject*>(d)->d_member->offset;
-  s.name = intern(name);
-  return s;
-}
-
-bool mode_is_adaptive() {
-  PyObject* v = PyObject_GetAttr(S.mode, s_value);
-  if (v == nullptr) return false;
-  if (v == S.unset) {
-    Py_DECREF(v);
-    v = PyObject_GetAttr(S.mode, s_env_value);
-    if (v == nullptr) return false;
-  }
-  int eq = PyUnicode_Check(v) ? PyUnicode_Compare(v, S.adaptive) == 0 : 0;
-  Py_DECREF(v);
-  PyErr_Clear();
-  return eq;
 }
 
 // Past 90% of the capacity (Engine._admit_pending set _pressure): run what is queued right
@@ -197,10 +161,10 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
 // once), appended to ``records``; the engine moves to ``nxt``. False with an exception set.
 bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* outs,
            PyObject* structure, PyObject* records) {
-  PyObject* key = slot_get(nxt, node_key);
-  PyObject* metas = slot_get(nxt, node_metas);
-  PyObject* where = slot_get(nxt, node_where);
-  PyObject* plan = slot_get(nxt, node_plan);
+  PyObject* key = node_field(nxt, &trie::NodeObject::key);
+  PyObject* metas = node_field(nxt, &trie::NodeObject::metas);
+  PyObject* where = node_field(nxt, &trie::NodeObject::where);
+  PyObject* plan = node_field(nxt, &trie::NodeObject::plan);
   bool ok = key && metas && where && plan;
   if (ok) {
     PyObject* items[9] = {Py_NewRef(f), Py_NewRef(targs), Py_NewRef(tkw), key, Py_NewRef(outs),
@@ -253,7 +217,7 @@ PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, 
 // exception set.
 PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
                      PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  PyObject* plan = slot_get(nxt, node_plan);
+  PyObject* plan = node_field(nxt, &trie::NodeObject::plan);
   if (plan == nullptr) return nullptr;
   Py_ssize_t n = PyTuple_Check(plan) ? PyTuple_GET_SIZE(plan) : -1;
   long long nbytes = 0;
@@ -268,7 +232,7 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
       return nullptr;
     }
   }
-  PyObject* structure = n < 0 ? nullptr : slot_get(nxt, node_structure);
+  PyObject* structure = n < 0 ? nullptr : node_field(nxt, &trie::NodeObject::structure);
   PyObject* new_bytes = structure ? PyLong_FromLongLong(nbytes) : nullptr;
   PyObject* outs = new_bytes ? untracked(PyList_New(n)) : nullptr;
   PyObject* pairs = outs ? untracked(PyList_New(n)) : nullptr;
@@ -324,7 +288,7 @@ PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, P
 // describes it and looks it up), -1 with an exception set.
 int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, bool floats,
                 PyObject* records, PyObject* producers, Py_ssize_t pos, PyObject** result) {
-  PyObject* children = slot_get(node, node_children);
+  PyObject* children = node_field(node, &trie::NodeObject::children);
   if (children == nullptr) return -1;
   Py_ssize_t i = 0;
   PyObject *key, *nxt;   // borrowed
@@ -336,7 +300,7 @@ int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, b
   Py_INCREF(key);
   Py_INCREF(nxt);
   Py_DECREF(children);
-  PyObject* fast = slot_get(nxt, node_fast);
+  PyObject* fast = node_field(nxt, &trie::NodeObject::fast);
   int m = fast == nullptr ? -1 : 0;
   if (fast != nullptr && fast != Py_None) {
     PyObject *targs = nullptr, *tkw = nullptr;
@@ -422,12 +386,8 @@ PyObject* user_line() {
 // kernels.run_now's first step, without its Python frame: the call the direct kernel handed to
 // the runtime, run there on the dispatcher's arguments, for an ``OpFacts.direct_kernel`` op.
 // nullptr without an exception: not run (run_now runs it); with one: it failed.
-PyObject* run_handed(PyObject* f, PyObject* args) {
-  if (S.run_handed == Py_None) return nullptr;
-  PyObject* direct = slot_get(f, facts_direct);
-  int d = direct != nullptr ? PyObject_IsTrue(direct) : -1;
-  Py_XDECREF(direct);
-  if (d <= 0) return nullptr;
+PyObject* run_handed(PyObject* args, bool direct) {
+  if (S.run_handed == Py_None || !direct) return nullptr;
   PyObject* out = PyObject_CallOneArg(S.run_handed, args);
   if (out == Py_None) Py_CLEAR(out);
   return out;
@@ -438,8 +398,8 @@ PyObject* run_handed(PyObject* f, PyObject* args) {
 // line), then the segment's rules: the repeated-suffix cut (Engine._period, Python: it runs
 // from the 256th op of a segment on) and the queue limit. The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
-                  PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  PyObject* out = run_handed(f, args);
+                  PyObject* records, PyObject* producers, Py_ssize_t pos, bool direct) {
+  PyObject* out = run_handed(args, direct);
   if (out == nullptr && !PyErr_Occurred())
     out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
   if (out == nullptr) return nullptr;
@@ -541,14 +501,23 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   PyObject* from = nullptr;   // the trie node the call continues: the engine's, or the root
   bool capturing = false, deferring = false, starting = false;
   Py_ssize_t pos = 0;
-  PyObject* plain = PyDict_GetItemWithError(S.plain, f);   // borrowed
-  if (plain == nullptr && PyErr_Occurred()) goto done;
-  if (plain == Py_False) {   // plain for some calls: a dropout_p of 0, a same-device cast
-    int p = plain_call(f, args, kwargs);
-    if (p < 0) goto done;
-    plain = p ? Py_True : Py_False;
+  long bits = -1;   // verdict.OP_BITS[f]; -1: an op not seen yet (the Python engine's)
+  bool plain = false;
+  {
+    PyObject* b = PyDict_GetItemWithError(S.op_bits, f);   // borrowed
+    if (b == nullptr && PyErr_Occurred()) goto done;
+    if (b != nullptr) {
+      bits = PyLong_AsLong(b);
+      if (bits == -1 && PyErr_Occurred()) goto done;
+      plain = bits & S.plain_bit;
+      if (!plain) {   // plain for some calls: a dropout_p of 0, a same-device cast
+        int p = plain_call(f, args, kwargs);
+        if (p < 0) goto done;
+        plain = p == 1;
+      }
+    }
   }
-  if (plain == Py_True) {
+  if (plain) {
     records = engine_get(s_records);
     if (records == nullptr) goto done;
     if (PyList_Check(records)) {
@@ -557,20 +526,14 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
         capturing = pos > 0;
         starting = pos == 0;
       } else {
-        PyObject* depth = slot_get(node, node_depth);
-        if (depth == nullptr) goto done;
-        Py_ssize_t d = PyLong_AsSsize_t(depth);
-        Py_DECREF(depth);
-        if (d == -1 && PyErr_Occurred()) goto done;
-        deferring = d == pos;
+        trie::NodeObject* n = trie::as_node(node);
+        if (n == nullptr) goto done;
+        deferring = n->depth == pos;
       }
     }
   }
   if (capturing || deferring || starting) {
-    PyObject* floats = slot_get(f, facts_floats);
-    if (floats == nullptr) goto done;
-    int fl = PyObject_IsTrue(floats);
-    Py_DECREF(floats);
+    int fl = (bits & S.floats_bit) ? 1 : 0;
     producers = engine_get(s_producers);
     if (producers == nullptr) goto done;
     if (starting) {   // Engine._adaptive's segment start: the headroom, then the root's path
@@ -598,18 +561,19 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       Py_DECREF(copied);
       if (retried) goto done;
     } else if (capturing) {
-      result = capture(f, args, kwargs, described, records, producers, pos);
+      result = capture(f, args, kwargs, described, records, producers, pos,
+                       bits & S.direct_bit);
       if (result != nullptr) ++S.captured;
       goto done;
     } else {   // deferring along a known region (or starting one), one op at a time
-      PyObject* children = slot_get(from, node_children);
+      PyObject* children = node_field(from, &trie::NodeObject::children);
       if (children == nullptr) goto done;
       PyObject* nxt = PyDict_GetItemWithError(children, PyTuple_GET_ITEM(described, 0));
       Py_XINCREF(nxt);
       Py_DECREF(children);
       if (nxt == nullptr && PyErr_Occurred()) goto done;
       if (nxt != nullptr) {
-        PyObject* fast = slot_get(nxt, node_fast);
+        PyObject* fast = node_field(nxt, &trie::NodeObject::fast);
         if (fast != nullptr)
           result = defer_to(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
                             nxt, fast, records, producers, pos);
@@ -641,7 +605,7 @@ PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     return nullptr;
   }
   if (S.engine == nullptr) return PyObject_Vectorcall(S.py_launch, argv, 3, nullptr);
-  if (!mode_is_adaptive()) {   // eager mode: Engine.launch runs the op (after flushing a queue)
+  if (!S.adaptive_mode) {   // eager mode: Engine.launch runs the op (after flushing a queue)
     PyObject* records = engine_get(s_records);
     if (records == nullptr) return nullptr;
     bool empty = PyList_Check(records) && PyList_GET_SIZE(records) == 0;
@@ -689,7 +653,10 @@ void configure(py::dict o) {
   hold(S.engine, o["engine"]);
   hold(S.acquire, o["lock"].attr("acquire"));
   hold(S.release, o["lock"].attr("release"));
-  hold(S.plain, o["plain"]);
+  hold(S.op_bits, o["op_bits"]);
+  S.plain_bit = o["plain_bit"].cast<long>();
+  S.floats_bit = o["floats_bit"].cast<long>();
+  S.direct_bit = o["direct_bit"].cast<long>();
   hold(S.plain_when, o["plain_when"]);
   S.no_dropout = o["no_dropout"].cast<long>();
   S.same_device = o["same_device"].cast<long>();
@@ -701,13 +668,6 @@ void configure(py::dict o) {
   hold(S.size_type, o["size_type"]);
   if (!PyType_IsSubtype(S.size_type, &PyTuple_Type))
     throw py::type_error("neuron_lab: size_type must be torch.Size");
-  for (auto [slot, name] : {std::pair{&node_depth, "depth"}, {&node_children, "children"},
-                            {&node_fast, "fast"}, {&node_key, "key"}, {&node_metas, "metas"},
-                            {&node_where, "where"}, {&node_plan, "plan"},
-                            {&node_structure, "structure"}})
-    *slot = slot_of(o["node_type"], name);
-  facts_floats = slot_of(o["facts_type"], "floats_are_data");
-  facts_direct = slot_of(o["facts_type"], "direct_kernel");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
@@ -716,8 +676,6 @@ void configure(py::dict o) {
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
-  hold(S.mode, o["mode"]);
-  hold(S.unset, o["unset"]);
   const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
   S.allocator = shell.unsafeGetStorageImpl()->allocator();
   S.device = shell.device();
@@ -741,8 +699,8 @@ void configure(py::dict o) {
     throw py::type_error("neuron_lab: not_user_prefixes and not_user_files must be tuples");
   if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
     throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
-  if (!PyDict_Check(S.plain) || !PyDict_Check(S.plain_when))
-    throw py::type_error("neuron_lab: plain and plain_when must be dicts");
+  if (!PyDict_Check(S.op_bits) || !PyDict_Check(S.plain_when))
+    throw py::type_error("neuron_lab: op_bits and plain_when must be dicts");
 }
 
 
@@ -758,8 +716,6 @@ void init_deferral(py::module_& m) {
   s_pressure = intern("_pressure");
   s_floats = intern("floats_are_data");
   s_name = intern("name");
-  s_value = intern("_value");
-  s_env_value = intern("_env_value");
   s_untyped_storage = intern("untyped_storage");
   s_h = intern("_h");
   s_d = intern("_d");
@@ -784,7 +740,6 @@ void init_deferral(py::module_& m) {
   s_start_segment = intern("_start_segment");
   s_device = intern("device");
   S.zero = PyFloat_FromDouble(0.0);   // held for good, as the interned names
-  S.adaptive = intern("adaptive");
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");
   m.def("deferred_counts", &deferred_counts,
@@ -792,6 +747,9 @@ void init_deferral(py::module_& m) {
   m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
         "(ops deferred on the C path, launches handed to the Python engine)");
   m.def("captured", [] { return S.captured; }, "ops captured on the C path (run now, recorded)");
+  m.def("set_adaptive", [](bool on) { S.adaptive_mode = on; },
+        "set_adaptive(on): the mode knob's value, set by the runtime whenever it changes "
+        "(installation._follow_mode): adaptive (ops come here) or not (Engine.launch's)");
   m.add_object("launch", py::reinterpret_steal<py::object>(PyCFunction_New(&launch_def, nullptr)));
 }
 

@@ -20,7 +20,8 @@ struct State {
   PyObject* acquire = nullptr;       // engine.lock.acquire / .release, bound (an RLock, the
                                      // same object for the engine's life)
   PyObject* release = nullptr;
-  PyObject* plain = nullptr;         // verdict.PLAIN: {OpFacts: bool}
+  PyObject* op_bits = nullptr;       // verdict.OP_BITS: {OpFacts: int}, these bits:
+  long plain_bit = 0, floats_bit = 0, direct_bit = 0;   // verdict.PLAIN_BIT, FLOATS_BIT, ...
   PyObject* plain_when = nullptr;    // verdict.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
   long no_dropout = -1, same_device = -1;   // its kinds (verdict.NO_DROPOUT, SAME_DEVICE)
   PyObject* zero = nullptr;          // 0.0 (a dropout_p that draws nothing)
@@ -38,9 +39,7 @@ struct State {
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
   long pending_kind = -1;            // record.PENDING, record.NOT_TENSOR (OutSpec.kind)
   long not_tensor_kind = -1;
-  PyObject* mode = nullptr;          // knobs.MODE (a Knob)
-  PyObject* unset = nullptr;         // config._UNSET
-  PyObject* adaptive = nullptr;      // "adaptive"
+  bool adaptive_mode = false;        // knobs.MODE is "adaptive" (set_adaptive)
   c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
   c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
   PyTypeObject* tensor = nullptr;    // torch.Tensor
@@ -67,7 +66,7 @@ extern State S;
 
 // interned attribute names (init_deferral)
 extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure,
-    *s_floats, *s_name, *s_value, *s_env_value, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
+    *s_floats, *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
     *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
     *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
     *s_cache, *s_root, *s_start_segment, *s_device;
