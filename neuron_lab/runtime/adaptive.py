@@ -223,9 +223,10 @@ class Engine:
         recs = self.records
         keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
                 for j, r in enumerate(recs[start:])]
-        self.cache.insert(recs[start:], keys)
-        self._debug("period", self.period.cand)
-        self._end_segment("period")
+        with deferred_interrupts():     # the region is cached and the segment ends, or neither
+            self.cache.insert(recs[start:], keys)
+            self._debug("period", self.period.cand)
+            self._end_segment("period")
         return True
 
     # --- replay (deferred) ----------------------------------------------------------------
@@ -441,12 +442,15 @@ class Engine:
                         where=tracking.user_frame_token(2, waiting=False))
 
     def _end_segment(self, reason, cache: bool = False) -> None:
-        recs = self.records
-        self.stats["max_depth"] = max(self.stats["max_depth"], len(recs))
-        if cache and recs:
-            self.cache.insert(recs)
-            self._debug("miss", len(recs))
-        self._reset()
+        """Cache the segment (``cache``) and start a new one, with SIGINT deferred: a
+        KeyboardInterrupt half-way would leave producer entries pointing into a new queue."""
+        with deferred_interrupts():
+            recs = self.records
+            self.stats["max_depth"] = max(self.stats["max_depth"], len(recs))
+            if cache and recs:
+                self.cache.insert(recs)
+                self._debug("miss", len(recs))
+            self._reset()
 
     def _explain(self, e: Exception, n: int, where: str) -> None:
         """Name the deferred op that raised ``e`` and its user's line (``blame.explain``)."""

@@ -11,7 +11,9 @@ tensors). On the main thread it swaps SIGINT's handler for one that only remembe
 and on exit restores the handler and raises the signal again, so the KeyboardInterrupt is raised right after
 the launch, with every value in place. It costs a getsignal and two signal calls of the C module (~1 us) per launch,
 nothing per deferred op. Other threads never receive signals in Python, so it does nothing
-there. A handler that is not a Python callable (SIG_IGN, SIG_DFL) is left alone.
+there. A handler that is not a Python callable (SIG_IGN, SIG_DFL) is left alone. It also makes
+multi-step bookkeeping atomic with respect to Ctrl-C: a segment's end and its caching
+(``Engine._end_segment``, ``Engine._period``), queueing a launch (``LaunchQueue.submit``).
 
 Deferring an op (the per-op hot path) is not wrapped: an interrupt there can leave the trie
 position one op behind the queue; the engine checks that invariant when the next op arrives and
@@ -41,8 +43,8 @@ class deferred_interrupts:
         return self
 
     def _remember(self, signum, frame) -> None:
-        if self.got is None:
-            self.got = (signum, frame)
+        self.got = True     # not the frame: the KeyboardInterrupt's traceback holds this
+                            # object, and the launch's frame would keep its host tensors alive
 
     def __exit__(self, *exc) -> None:
         old = self.old

@@ -32,6 +32,18 @@ are counted as allocated until then, so a runaway host cannot outgrow the modell
 A job that ran leaves its records (and the tensors they hold) to the host's next ``submit``
 while the worker has more to run, and the worker lets them go itself before it goes idle, so a
 ``wait`` never returns before they are gone (``submit`` says why).
+
+Ctrl-C. A KeyboardInterrupt reaches the host thread wherever it waits for the queue; it must
+never leave the queue's lock held or released twice. ``threading.Condition`` cannot promise
+that on the interrupted thread: its ``__exit__``, ``wait`` and their helpers are Python
+functions, and an interrupt raised at the entry of one (where CPython runs signal handlers)
+leaves its lock taken, or released by the wrong thread. So the host never touches a Condition:
+it takes the C lock ``_lock`` directly (``with`` on a C lock cannot be interrupted between the
+acquire and the block, nor skip the release), and waits on a lock of its own (``_waiter``) that
+the worker releases when a job ends; an interrupted wait leaves that lock behind in
+``_waiters``, which the worker releases like any other. ``submit`` runs with SIGINT deferred
+(``interrupts.deferred_interrupts``): a job is queued and the worker told, or neither. Only the
+worker waits on the Condition ``_work`` (for jobs), and signals never reach it.
 """
 from __future__ import annotations
 
@@ -44,7 +56,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from .interrupts import deferred_interrupts
+
 DEPTH = 4
+_allocate_lock = threading.Lock
 
 
 class Job(NamedTuple):
@@ -56,7 +71,9 @@ class Job(NamedTuple):
 
 class LaunchQueue:
     def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)   # the worker waits on it for jobs
+        self._waiters: list = []              # held locks of host threads waiting (``_waiter``)
         self._jobs: deque[Job] = deque()      # the running job stays first until it is done
         self._done: list[Job] = []            # run, their records not yet let go (``submit``)
         self._thread: threading.Thread | None = None
@@ -81,21 +98,38 @@ class LaunchQueue:
         dropping a large job's records beside the host's Python would hand the GIL back and
         forth, waiting for the host's Python each time; the host drops them while the worker
         runs its next program without the GIL (docs/performance.md)."""
-        with self._cv:
-            while len(self._jobs) >= DEPTH:
-                self._cv.wait()
-            self._jobs.append(job)
-            if self._thread is None:
-                self._start()
-            self._cv.notify_all()
+        with deferred_interrupts():
+            while True:
+                with self._lock:
+                    if len(self._jobs) < DEPTH:
+                        self._jobs.append(job)
+                        if self._thread is None:
+                            self._start()
+                        self._work.notify()
+                        break
+                    w = self._waiter()
+                w.acquire()
         self._drop_done()
+
+    def _waiter(self):
+        """A lock, taken, that the worker releases when a job ends (call with ``_lock`` held):
+        the host waits by taking it again, which a KeyboardInterrupt can end with nothing of
+        the queue's held."""
+        w = _allocate_lock()
+        w.acquire()
+        self._waiters.append(w)
+        return w
 
     def wait(self) -> None:
         """Wait until every queued launch has run (on the worker thread itself: at once)."""
-        if self._jobs and threading.get_ident() != self.ident:
-            with self._cv:
-                while self._jobs:
-                    self._cv.wait()
+        if not self._jobs or threading.get_ident() == self.ident:
+            return
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return
+                w = self._waiter()
+            w.acquire()
 
     def drain(self) -> None:
         """``wait``, then raise the first error a queued launch raised since the last drain,
@@ -121,11 +155,11 @@ class LaunchQueue:
     def _loop(self) -> None:
         self.ident = threading.get_ident()
         torch.set_grad_enabled(False)     # host tensors only: nothing to record for autograd
-        cv, jobs = self._cv, self._jobs
+        lock, work, jobs = self._lock, self._work, self._jobs
         while True:
-            with cv:
+            with lock:
                 while not jobs:
-                    cv.wait()
+                    work.wait()
                 job = jobs[0]
             t0 = time.perf_counter()
             try:
@@ -135,7 +169,7 @@ class LaunchQueue:
                     self.error = e
             finally:
                 job = None
-                with cv:
+                with lock:
                     ran = jobs.popleft()
                     if jobs:                # more to run: the host lets it go (``submit``)
                         self._done.append(ran)
@@ -144,18 +178,22 @@ class LaunchQueue:
                     del ran
                     self.launched += 1
                     self.busy_s += time.perf_counter() - t0
-                    cv.notify_all()
+                    waiters, self._waiters = self._waiters, []
+                    for w in waiters:       # the hosts in wait or submit look again
+                        w.release()
 
     def _drop_done(self) -> None:
         """On the host: let the finished jobs' records go (see ``submit``), outside the lock."""
         if self._done:
-            with self._cv:
+            with self._lock:
                 done, self._done = self._done, []
             done.clear()
 
     def after_fork(self) -> None:
         """A forked child (a DataLoader worker) has no worker thread: it starts empty."""
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._waiters = []
         self._jobs = deque()
         self._done = []
         self._thread = None

@@ -5,6 +5,10 @@ loop (the handler raises KeyboardInterrupt at the next bytecode boundary, as for
 Jupyter's interrupt button), many times, at delays spread over the loop's duration. After each
 interrupt: every tensor the loop had handed out equals its CPU value, the loop runs again
 normally, and once everything is freed ``memory_allocated()`` is back at its starting value.
+The loops run per-op (compiling off) and with fused programs (compiled in the foreground or by
+the background worker; regions decided fused launched on the device's thread at
+``Optimizer.step()``'s boundaries); deterministic sweeps raise SIGINT at every Python function
+entry of the runtime and of the launch queue's waits.
 """
 import gc
 import random
@@ -16,7 +20,10 @@ import pytest
 import torch
 
 import neuron_lab
+from neuron_lab import runtime
 from neuron_lab.device import memory
+from neuron_lab.runtime import knobs
+from neuron_lab.runtime.launch_queue import Job, LaunchQueue
 
 
 def _xs():
@@ -45,6 +52,30 @@ def _interrupt_after(delay):
     return t
 
 
+def _interrupted(loop, check, trials: int, seed: int) -> int:
+    """Run ``loop(outs)`` once uninterrupted (its time is the span), then ``trials`` times with
+    a SIGINT after a seeded random delay within the span, ``check``-ing the outputs each kept;
+    returns how many runs the interrupt reached."""
+    t0 = time.perf_counter()
+    loop([])
+    neuron_lab.sync()
+    span = time.perf_counter() - t0
+    rng = random.Random(seed)
+    interrupted = 0
+    for _ in range(trials):
+        outs = []
+        killer = _interrupt_after(rng.uniform(0, span))
+        try:
+            killer.start()
+            loop(outs)
+            killer.join()            # a late signal is raised here, still inside the try
+        except KeyboardInterrupt:
+            interrupted += 1
+            killer.join()
+        check(outs)
+    return interrupted
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "eager"])
 def test_interrupts_keep_handed_out_values(compile_off, mode):
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -55,31 +86,16 @@ def test_interrupts_keep_handed_out_values(compile_off, mode):
         neuron_lab.sync()
         gc.collect()                     # earlier tests' cyclic garbage must not die mid-test
         base = memory.memory_allocated()
-        t0 = time.perf_counter()
-        _loop(xs, [], 32)                # warm: the regions are known, later loops defer
-        neuron_lab.sync()
-        span = time.perf_counter() - t0
-        rng = random.Random(0)
-        interrupted = 0
-        for trial in range(60):
-            outs = []
-            killer = _interrupt_after(rng.uniform(0, span))
-            try:
-                killer.start()
-                _loop(xs, outs, 32)
-                killer.join()            # a late signal is raised here, still inside the try
-            except KeyboardInterrupt:
-                interrupted += 1
-                killer.join()
+
+        def check(outs):
             for j, out in outs:
                 torch.testing.assert_close(out.cpu(), expect[j], rtol=0, atol=0)
-            outs = out = None
-        assert interrupted >= 30
+
+        assert _interrupted(lambda outs: _loop(xs, outs, 32), check, 60, seed=0) >= 30
         after = []
         _loop(xs, after, 8)              # the runtime works normally afterwards
-        for j, out in after:
-            torch.testing.assert_close(out.cpu(), expect[j], rtol=0, atol=0)
-        del after, out
+        check(after)
+        del after
         neuron_lab.sync()
         gc.collect()
         assert memory.memory_allocated() == base
@@ -120,26 +136,165 @@ def test_uncount_survives_an_interrupt_at_the_free():
     assert memory.memory_allocated() == base
 
 
-def test_interrupt_at_every_line_of_the_runtime(compile_off):
+def _chain(x, w, opt, outs, n):
+    """The reviewer's loop: a 16x16 matmul/tanh/mean chain that keeps its outputs; a boundary
+    nobody waits at every 3 steps (a fused region goes to the device's thread), a read every 6."""
+    for i in range(n):
+        x = torch.tanh(x @ w)
+        m = x.mean()
+        outs += [x, m]
+        if i % 3 == 2:
+            opt.step()
+        if i % 6 == 5:
+            m.item()
+
+
+def _chain_cpu(x, w, n):
+    outs = []
+    for _ in range(n):
+        x = torch.tanh(x @ w)
+        outs += [x, x.mean()]
+    return outs
+
+
+@pytest.mark.parametrize("compiles", ["foreground", "background"])
+def test_interrupts_keep_values_with_fused_programs_and_the_device_thread(compiles):
+    """40 seeded random SIGINTs into the chain with compiles on and NEURON_LAB_ASYNC: every
+    tensor handed out before the interrupt has its value, the engine goes on, and memory is
+    back at its baseline once everything is freed."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+    g = torch.Generator().manual_seed(3)
+    w_cpu, x_cpu = torch.randn(16, 16, generator=g) / 4, torch.randn(16, 16, generator=g)
+    n = 12
+    expect = _chain_cpu(x_cpu, w_cpu, n)
+    with knobs.COMPILE.scoped(True), knobs.ASYNC.scoped(True), \
+            knobs.SYNC_COMPILE.scoped(compiles == "foreground"):
+        w, x = w_cpu.to("neuron"), x_cpu.to("neuron")
+        opt = torch.optim.SGD([torch.zeros(1, device="neuron")], lr=0.1)   # no grads: only
+        neuron_lab.sync()                                                # its step's hooks
+        gc.collect()
+        base = memory.memory_allocated()
+        for _ in range(4):                   # the regions are learned, compiled and decided
+            _chain(x, w, opt, [], n)
+            neuron_lab.sync()
+            runtime.wait_compiles()
+
+        def check(outs):
+            for j, out in enumerate(outs):
+                torch.testing.assert_close(out.cpu(), expect[j], rtol=1e-5, atol=1e-6)
+
+        assert _interrupted(lambda outs: _chain(x, w, opt, outs, n), check, 40, seed=42) >= 30
+        stats = runtime.stats()
+        assert stats["ops_fused"] > 0 and stats["device_thread_launches"] > 0
+        after = []
+        _chain(x, w, opt, after, n)          # the runtime works normally afterwards
+        check(after)
+        del after
+        neuron_lab.sync()
+        runtime.wait_compiles()
+        gc.collect()
+        assert memory.memory_allocated() == base
+
+
+def test_a_deferred_interrupt_keeps_no_frame_of_the_launch_alive():
+    """The KeyboardInterrupt a launch delivers at its end may be kept (a notebook keeps the last
+    traceback): it must not keep the frame the signal arrived in, whose host tensors would then
+    count in ``memory_allocated()`` after everything is freed."""
+    import weakref
+    from neuron_lab.runtime.interrupts import deferred_interrupts
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+
+    def launch():
+        host = torch.ones(256)
+        signal.raise_signal(signal.SIGINT)      # handled here, in this frame: deferred
+        return weakref.ref(host)
+
+    kept = None
+    try:
+        with deferred_interrupts():
+            ref = launch()
+    except KeyboardInterrupt as e:
+        kept = e
+    assert kept is not None and ref() is None
+
+
+def test_an_interrupted_wait_for_the_launch_queue_leaves_its_lock_free():
+    """SIGINT at each Python function entry while the host waits for a queued launch (``wait``,
+    ``drain``, and ``submit`` with the queue full): the queue's lock is never left taken (the
+    device's thread could not finish a job) nor released twice (a RuntimeError instead of the
+    KeyboardInterrupt), and the queue runs on."""
+    import sys
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler here")
+    main = threading.get_ident()
+    q = LaunchQueue()
+    ops = {"wait": q.wait, "drain": q.drain,
+           "submit": lambda: q.submit(Job(lambda: None, []))}
+
+    def run(op, n):
+        gate = threading.Event()
+        for _ in range(4 if op == "submit" else 1):    # submit: the queue is full (DEPTH)
+            q.submit(Job(gate.wait, []))
+        seen = 0
+
+        def prof(frame, event, arg):
+            nonlocal seen
+            if event == "call" and threading.get_ident() == main:
+                seen += 1
+                if seen == n:
+                    signal.raise_signal(signal.SIGINT)
+
+        opener = threading.Timer(0.02, gate.set)   # the job ends a little later, whatever
+        opener.start()                              # the host is doing then
+        sys.setprofile(prof)
+        try:
+            ops[op]()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.setprofile(None)
+        opener.join()
+        q.wait()
+        assert not q.busy() and not q._lock.locked()
+        return seen
+
+    for op in ops:
+        total = run(op, 0)
+        for n in range(1, total + 1):
+            run(op, n)
+
+
+@pytest.mark.parametrize("compiles", [False, True], ids=["compile-off", "compiled"])
+def test_interrupt_at_every_line_of_the_runtime(compiles):
     """Deterministic sweep: a SIGINT raised at the n-th Python function entry in neuron_lab's
     code during a deferred loop, for n over all of them (every ``step``-th when there are many).
     Function entry is where CPython runs a pending signal's handler (besides after calls and at
     loop back-edges), so KeyboardInterrupt is raised right there unless a launch defers it.
     (Raising from a profiler's return events would also hit points CPython never interrupts,
     such as between a lock's ``__enter__`` and its ``with`` block, and leak the lock.)
-    Values and accounting stay exact."""
-    import os
-    import sys
+    Values and accounting stay exact. Compiled: the sweep's first loops capture, compile (in the
+    foreground) and trial the region, the later ones run it fused."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         pytest.skip("SIGINT is not Python's default handler here")
+    with knobs.COMPILE.scoped(compiles):
+        _sweep(warm=not compiles, tol=dict(rtol=1e-5, atol=1e-6) if compiles else
+               dict(rtol=0, atol=0))
+
+
+def _sweep(warm: bool, tol: dict) -> None:
+    import os
+    import sys
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(neuron_lab.__file__)))
     pkg = os.path.join(pkg, "neuron_lab") + os.sep
     expect = [_step(x) for x in _xs()]
     xs = [x.to("neuron") for x in _xs()]
     neuron_lab.sync()
     base = memory.memory_allocated()
-    _loop(xs, [], 8)
-    neuron_lab.sync()
+    if warm:
+        _loop(xs, [], 8)
+        neuron_lab.sync()
 
     def run(n):
         seen = 0
@@ -161,7 +316,7 @@ def test_interrupt_at_every_line_of_the_runtime(compile_off):
         finally:
             sys.setprofile(None)
         for j, out in outs:
-            torch.testing.assert_close(out.cpu(), expect[j], rtol=0, atol=0)
+            torch.testing.assert_close(out.cpu(), expect[j], **tol)
         return seen, hit
 
     total, _ = run(0)
