@@ -161,14 +161,16 @@ def _chain_cpu(x, w, n):
 def test_interrupts_keep_values_with_fused_programs_and_the_device_thread(compiles):
     """40 seeded random SIGINTs into the chain with compiles on and NEURON_LAB_ASYNC: every
     tensor handed out before the interrupt has its value, the engine goes on, and memory is
-    back at its baseline once everything is freed."""
+    back at its baseline once everything is freed. (Trials of fused against per-op are swept
+    by ``test_interrupt_at_every_line_of_the_runtime[compiled]``.)"""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         pytest.skip("SIGINT is not Python's default handler here")
     g = torch.Generator().manual_seed(3)
     w_cpu, x_cpu = torch.randn(16, 16, generator=g) / 4, torch.randn(16, 16, generator=g)
     n = 12
     expect = _chain_cpu(x_cpu, w_cpu, n)
-    with knobs.COMPILE.scoped(True), knobs.ASYNC.scoped(True), \
+    # TRIALS 0: a compiled region runs fused for good, whatever the machine's load
+    with knobs.COMPILE.scoped(True), knobs.ASYNC.scoped(True), knobs.TRIALS.scoped(0), \
             knobs.SYNC_COMPILE.scoped(compiles == "foreground"):
         w, x = w_cpu.to("neuron"), x_cpu.to("neuron")
         opt = torch.optim.SGD([torch.zeros(1, device="neuron")], lr=0.1)   # no grads: only
