@@ -34,6 +34,7 @@ reads depend on nothing queued (``early``).
 """
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -49,6 +50,7 @@ from .launch_queue import Job, LaunchQueue
 from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      out_plan, rebuild, record_run, ref, rekey, weak_ref)
+from .segment import Segment
 from .status import Status
 from .verdict import QUEUED, Kind, Verdict
 
@@ -61,6 +63,13 @@ _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
 _OP_BITS = verdict.OP_BITS     # {OpFacts: bits} (verdict.py)
 _PLAIN_BIT = verdict.PLAIN_BIT  # every call of the op is queued
+
+
+def _on_segment(name: str, doc: str) -> property:
+    """The engine's attribute ``name`` of its segment state (``Engine.seg``)."""
+    get = operator.attrgetter(name)
+    return property(lambda self: get(self.seg), lambda self, v: setattr(self.seg, name, v),
+                    doc=doc)
 
 
 class Engine:
@@ -78,10 +87,22 @@ class Engine:
 
     describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance
 
+    # The segment's state lives in ``seg`` (segment.py: a C struct the hot path shares); these
+    # read and set it under the names the engine's Python uses.
+    records = _on_segment("records", "[QueuedOp]: the segment's ops, in issue order")
+    producers = _on_segment("producers", "{id(tensor or storage): Produced}")
+    node = _on_segment("node", "the trie node of the last deferred op (None: capturing)")
+    queued_bytes = _on_segment("queued_bytes", "bytes of every pending output handed out")
+    headroom = _on_segment("headroom", "queued_bytes past which _admit_pending counts exactly")
+    _pressure = _on_segment("pressure", "past 90% of the capacity: flush after this op")
+    period_after = _on_segment("period_after", "the repeated-suffix rule looks from here on")
+    queue_limit = _on_segment("queue_limit", "ops queued before a forced flush")
+
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.queue = LaunchQueue()
         self._early = 0         # the thread running a read ``early`` made independent
+        self.seg = Segment()    # one for the engine's life: the C path holds it
         self.forget()
 
     def forget(self) -> None:
@@ -93,18 +114,21 @@ class Engine:
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
                            "verify_mismatches": 0, "early_values": 0})
+        self.seg.root = self.cache.root
+        self.seg.stats = self.stats
         self._reset()
 
     def _reset(self) -> None:
-        self.records: list[QueuedOp] = []
-        self.producers: dict[int, tuple] = {}
-        self.node: Node | None = None          # trie position while deferring
+        seg = self.seg
+        seg.records = []
+        seg.producers = {}
+        seg.node = None
         self.period = PeriodRule()
-        self.queued_bytes = 0     # bytes of every pending output handed out this segment
-        self.headroom = 0         # queued_bytes past which _admit_pending counts exactly
-        self._pressure = False
-        self.period_after = knobs.PERIOD_AFTER.get()     # read once a segment
-        self.queue_limit = knobs.QUEUE_LIMIT.get()
+        seg.queued_bytes = 0
+        seg.headroom = 0.0
+        seg.pressure = False
+        seg.period_after = knobs.PERIOD_AFTER.get()     # read once a segment
+        seg.queue_limit = knobs.QUEUE_LIMIT.get()
 
     # --- entry point ---------------------------------------------------------------------
     def launch(self, f, args, kwargs):

@@ -16,6 +16,11 @@ before; in eager mode an op goes to the device's ``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
+
+The C path reads no attribute of the runtime's Python objects: ``configure`` hands it the
+engine's segment state (``Engine.seg``, a C struct: ``segment.py``), the methods it calls back
+and the tables it reads (``verdict.OP_BITS``, ``PLAIN_WHEN``); a trie node is a C struct too
+(``cache.Node``), and the mode arrives through ``follow_mode``.
 """
 from __future__ import annotations
 
@@ -47,7 +52,10 @@ def seam_runtime(engine: adaptive.Engine):
     if ext is None:
         return engine
     ext.configure({
-        "engine": engine, "lock": engine.lock, "op_bits": verdict.OP_BITS,
+        "segment": engine.seg, "lock": engine.lock, "launch": engine.launch,
+        "adaptive": engine._adaptive, "admit": engine._admit_pending, "flush": engine.flush,
+        "period": engine._period, "start_segment": engine._start_segment,
+        "op_bits": verdict.OP_BITS, "op_bits_of": verdict.op_bits,
         "plain_bit": verdict.PLAIN_BIT, "floats_bit": verdict.FLOATS_BIT,
         "direct_bit": verdict.DIRECT_BIT,
         "plain_when": verdict.PLAIN_WHEN, "no_dropout": verdict.NO_DROPOUT,

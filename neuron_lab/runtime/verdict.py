@@ -97,6 +97,12 @@ def plain(f) -> bool:
     return bool(b & PLAIN_BIT)
 
 
+def op_bits(f) -> int:
+    """``OP_BITS[f]``, made at the first ask."""
+    plain(f)
+    return OP_BITS[f]
+
+
 def _plain_when(f):
     """For an op that is not plain, the one per-call test under which ``call`` queues a call
     like a plain op's, for the C hot path (deferral.cpp ``plain_call``) to make the same

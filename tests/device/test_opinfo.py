@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from neuron_lab.testing import opinfo, report
+from neuron_lab.testing import opinfo, opinfo_report
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_skips_are_not_passes(entries):
 def test_report_lists_every_failure_with_its_reason(entries):
     bad = opinfo.check(_variant(entries, "abs", lambda x: torch.abs(x) + on_neuron(x)), "eager")
     good = opinfo.check(entries["neg"], "eager")
-    text = report.markdown({"eager": [bad, good, opinfo.check(entries["randn"])]}, 1.0, full=False)
+    text = opinfo_report.markdown({"eager": [bad, good, opinfo.check(entries["randn"])]}, 1.0, full=False)
     assert "| forward | 1 / 2 (50.0%) |" in text
     assert "| abs | fail |" in text and "Tensor-likes are not equal" in text
     assert "random output" in text and "python -m neuron_lab.testing.opinfo --full" in text

@@ -8,9 +8,10 @@
 // Python took for that (building the key, the trie lookup, the tensor, two weak references, two
 // producer entries, the record) are C calls on the same Python objects, so the engine's slow
 // paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
-// what the Python path would have built (the trie node's fields read from its C struct,
-// trie_node.h; an op's facts from its verdict.OP_BITS entry; the engine's segment state from its
-// instance dict, ``engine_get``):
+// what the Python path would have built. The C++ reads no Python attribute of the runtime's
+// own objects: the engine's segment state is a C struct (segment.h, ``Engine.seg``), so is a
+// trie node (trie_node.h), an op's facts come as its verdict.OP_BITS entry, and the engine's
+// methods it calls back are handed over by ``configure`` (fastpath.py):
 //
 //   key      (facts, (arg keys...)) as record.describe builds it (deferral_keys.cpp); where the
 //            trie node has one child (a region's path), compared with that child's key
@@ -42,6 +43,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "segment.h"
 #include "trie_node.h"
 #include "records.h"   // set_producer
 #include "weak_outputs.h"
@@ -57,11 +59,9 @@ namespace deferral {
 State S;
 
 // interned names
-PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure, *s_floats,
-    *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t,
-    *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
-    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
-    *s_cache, *s_root, *s_start_segment, *s_device;
+PyObject *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu,
+    *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_launches_per_op, *s_ops_per_op,
+    *s_queue_limit_reason, *s_device;
 
 }  // namespace deferral
 
@@ -78,25 +78,11 @@ PyObject* node_field(PyObject* o, PyObject* trie::NodeObject::*field) {
   return Py_NewRef(v != nullptr ? v : Py_None);
 }
 
-PyObject* engine_get(PyObject* name) {
-  PyObject** dict = _PyObject_GetDictPtr(S.engine);
-  if (dict != nullptr && *dict != nullptr) {
-    PyObject* v = PyDict_GetItemWithError(*dict, name);   // borrowed
-    if (v != nullptr) return Py_NewRef(v);
-    if (PyErr_Occurred()) return nullptr;
-  }
-  return PyObject_GetAttr(S.engine, name);
-}
-
-// Past 90% of the capacity (Engine._admit_pending set _pressure): run what is queued right
-// after handing this op's output out. False with an exception set.
+// Past 90% of the capacity (Engine._admit_pending set the segment's pressure): run what is
+// queued right after handing this op's output out. False with an exception set.
 bool flush_under_pressure() {
-  PyObject* pressure = engine_get(s_pressure);
-  if (pressure == nullptr) return false;
-  int p = PyObject_IsTrue(pressure);
-  Py_DECREF(pressure);
-  if (p <= 0) return p == 0;
-  if (PyObject_SetAttr(S.engine, s_pressure, Py_False) < 0) return false;
+  if (!S.segment->pressure) return true;
+  S.segment->pressure = 0;
   PyObject* r = PyObject_CallOneArg(S.flush, s_memory);
   Py_XDECREF(r);
   return r != nullptr;
@@ -105,21 +91,12 @@ bool flush_under_pressure() {
 // The segment's bound on pending bytes: ``nbytes`` more handed out (Engine._admit_pending past
 // the headroom). False with an exception set (OutOfMemoryError past the capacity).
 bool admit(PyObject* f, PyObject* nbytes) {
-  int zero = PyObject_Not(nbytes);
-  if (zero != 0) return zero > 0;
-  PyObject* q = engine_get(s_queued_bytes);
-  if (q == nullptr) return false;
-  PyObject* q2 = PyNumber_Add(q, nbytes);
-  Py_DECREF(q);
-  if (q2 == nullptr || PyObject_SetAttr(S.engine, s_queued_bytes, q2) < 0) {
-    Py_XDECREF(q2);
-    return false;
-  }
-  PyObject* head = engine_get(s_headroom);
-  int over = head == nullptr ? -1 : PyObject_RichCompareBool(q2, head, Py_GT);
-  Py_DECREF(q2);
-  Py_XDECREF(head);
-  if (over <= 0) return over == 0;
+  long long n = PyLong_AsLongLong(nbytes);
+  if (n == -1 && PyErr_Occurred()) return false;
+  if (n == 0) return true;
+  segment::SegmentObject* seg = S.segment;
+  seg->queued_bytes += n;
+  if (static_cast<double>(seg->queued_bytes) <= seg->headroom) return true;
   PyObject* r = PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr);
   Py_XDECREF(r);
   return r != nullptr;
@@ -178,7 +155,7 @@ bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject*
   Py_XDECREF(metas);
   Py_XDECREF(where);
   Py_XDECREF(plan);
-  ok = ok && PyObject_SetAttr(S.engine, s_node, nxt) == 0;
+  if (ok) Py_XSETREF(S.segment->node, Py_NewRef(nxt));
   if (ok) {   // tracking.executed gets it when read (deferred_counts)
     auto it = S.deferred.find(f);
     if (it == S.deferred.end()) S.deferred.emplace(Py_NewRef(f), 1);
@@ -403,10 +380,10 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
   if (out == nullptr && !PyErr_Occurred())
     out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
   if (out == nullptr) return nullptr;
-  PyObject* stats = engine_get(s_stats);
+  segment::SegmentObject* seg = S.segment;
+  PyObject* stats = seg->stats;   // borrowed
   bool ok = stats != nullptr && PyDict_Check(stats) && bump(stats, s_launches_per_op) &&
             bump(stats, s_ops_per_op);
-  Py_XDECREF(stats);
   PyObject* where = ok ? user_line() : nullptr;
   if (where != nullptr) {
     PyObject* argv[8] = {f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
@@ -418,11 +395,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
   } else {
     ok = false;
   }
-  PyObject* after = ok ? engine_get(s_period_after) : nullptr;
-  Py_ssize_t from = after ? PyLong_AsSsize_t(after) : -1;
-  Py_XDECREF(after);
-  ok = ok && !(from == -1 && PyErr_Occurred());
-  if (ok && pos >= from) {   // the repeated-suffix rule; a cut ends the segment here
+  if (ok && pos >= seg->period_after) {   // the repeated-suffix rule; a cut ends the segment here
     PyObject* p = PyLong_FromSsize_t(pos);
     PyObject* cut = p ? PyObject_CallFunctionObjArgs(S.period, p, PyTuple_GET_ITEM(described, 0),
                                                      nullptr)
@@ -435,12 +408,8 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
       return out;
     }
   }
-  if (ok) {   // the queue limit (Engine.queue_limit, read at the segment's start)
-    PyObject* limit = engine_get(s_queue_limit);
-    Py_ssize_t n = limit ? PyLong_AsSsize_t(limit) : -1;
-    Py_XDECREF(limit);
-    ok = !(n == -1 && PyErr_Occurred());
-    if (ok && pos + 1 >= n) {
+  if (ok) {   // the queue limit (read at the segment's start)
+    if (pos + 1 >= seg->queue_limit) {
       PyObject* r = PyObject_CallOneArg(S.flush, s_queue_limit_reason);
       ok = r != nullptr;
       Py_XDECREF(r);
@@ -494,8 +463,8 @@ int plain_call(PyObject* f, PyObject* args, PyObject* kwargs) {
 // (captured); every other case goes to the Python engine (Engine._adaptive), with the key when
 // it was built here.
 PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
-  PyObject* node = engine_get(s_node);
-  if (node == nullptr) return nullptr;
+  segment::SegmentObject* seg = S.segment;
+  PyObject* node = Py_NewRef(seg->node);
   PyObject* result = nullptr;
   PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
   PyObject* from = nullptr;   // the trie node the call continues: the engine's, or the root
@@ -518,8 +487,7 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
     }
   }
   if (plain) {
-    records = engine_get(s_records);
-    if (records == nullptr) goto done;
+    records = Py_NewRef(seg->records);
     if (PyList_Check(records)) {
       pos = PyList_GET_SIZE(records);
       if (node == Py_None) {
@@ -534,16 +502,12 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   }
   if (capturing || deferring || starting) {
     int fl = (bits & S.floats_bit) ? 1 : 0;
-    producers = engine_get(s_producers);
-    if (producers == nullptr) goto done;
+    producers = Py_NewRef(seg->producers);
     if (starting) {   // Engine._adaptive's segment start: the headroom, then the root's path
-      PyObject* r = PyObject_CallMethodNoArgs(S.engine, s_start_segment);
+      PyObject* r = PyObject_CallNoArgs(S.start_segment);
       if (r == nullptr) goto done;
       Py_DECREF(r);
-      PyObject* cache = engine_get(s_cache);
-      from = cache ? PyObject_GetAttr(cache, s_root) : nullptr;
-      Py_XDECREF(cache);
-      if (from == nullptr) goto done;
+      from = Py_NewRef(seg->root);
     } else if (deferring) {   // the hot path: a known region's next op, compared in place
       from = Py_NewRef(node);
       if (defer_along(f, args, kwargs, node, fl == 1, records, producers, pos, &result) != 0)
@@ -604,12 +568,13 @@ PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: launch(facts, args: tuple, kwargs)");
     return nullptr;
   }
-  if (S.engine == nullptr) return PyObject_Vectorcall(S.py_launch, argv, 3, nullptr);
+  if (S.segment == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: the runtime's launch before configure()");
+    return nullptr;
+  }
   if (!S.adaptive_mode) {   // eager mode: Engine.launch runs the op (after flushing a queue)
-    PyObject* records = engine_get(s_records);
-    if (records == nullptr) return nullptr;
+    PyObject* records = S.segment->records;   // borrowed
     bool empty = PyList_Check(records) && PyList_GET_SIZE(records) == 0;
-    Py_DECREF(records);
     return PyObject_Vectorcall(empty ? S.execute : S.py_launch, argv, 3, nullptr);
   }
   PyObject* got = PyObject_CallNoArgs(S.acquire);
@@ -650,10 +615,13 @@ py::dict deferred_counts() {
 }
 
 void configure(py::dict o) {
-  hold(S.engine, o["engine"]);
+  PyObject* seg = o["segment"].ptr();
+  if (segment::as_segment(seg) == nullptr) throw py::error_already_set();
+  hold(S.segment, o["segment"]);
   hold(S.acquire, o["lock"].attr("acquire"));
   hold(S.release, o["lock"].attr("release"));
   hold(S.op_bits, o["op_bits"]);
+  hold(S.op_bits_of, o["op_bits_of"]);
   S.plain_bit = o["plain_bit"].cast<long>();
   S.floats_bit = o["floats_bit"].cast<long>();
   S.direct_bit = o["direct_bit"].cast<long>();
@@ -681,11 +649,12 @@ void configure(py::dict o) {
   S.device = shell.device();
   hold(S.tensor, o["tensor"]);
   hold(S.execute, o["execute"]);
-  hold(S.py_launch, o["engine"].attr("launch"));
-  hold(S.py_adaptive, o["engine"].attr("_adaptive"));
-  hold(S.admit, o["engine"].attr("_admit_pending"));
-  hold(S.flush, o["engine"].attr("flush"));
-  hold(S.period, o["engine"].attr("_period"));
+  hold(S.py_launch, o["launch"]);
+  hold(S.py_adaptive, o["adaptive"]);
+  hold(S.admit, o["admit"]);
+  hold(S.flush, o["flush"]);
+  hold(S.period, o["period"]);
+  hold(S.start_segment, o["start_segment"]);
   hold(S.run_now, o["run_now"]);
   hold(S.run_handed, o["run_handed"]);
   hold(S.host_copied, o["host_copied"]);
@@ -708,13 +677,6 @@ void configure(py::dict o) {
 
 void init_deferral(py::module_& m) {
   using namespace deferral;
-  s_node = intern("node");
-  s_records = intern("records");
-  s_producers = intern("producers");
-  s_queued_bytes = intern("queued_bytes");
-  s_headroom = intern("headroom");
-  s_pressure = intern("_pressure");
-  s_floats = intern("floats_are_data");
   s_name = intern("name");
   s_untyped_storage = intern("untyped_storage");
   s_h = intern("_h");
@@ -729,15 +691,9 @@ void init_deferral(py::module_& m) {
   s_stride = intern("stride");
   s_storage_offset = intern("storage_offset");
   s_x = intern("x");
-  s_stats = intern("stats");
-  s_period_after = intern("period_after");
   s_launches_per_op = intern("launches_per_op");
   s_ops_per_op = intern("ops_per_op");
-  s_queue_limit = intern("queue_limit");
   s_queue_limit_reason = intern("queue-limit");
-  s_cache = intern("cache");
-  s_root = intern("root");
-  s_start_segment = intern("_start_segment");
   s_device = intern("device");
   S.zero = PyFloat_FromDouble(0.0);   // held for good, as the interned names
   m.def("configure", &configure,

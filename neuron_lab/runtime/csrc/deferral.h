@@ -12,16 +12,18 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold, untracked, named
+#include "segment.h"
 
 namespace neuron_lab::deferral {
 
 struct State {
-  PyObject* engine = nullptr;        // runtime.adaptive.Engine (one per process)
+  segment::SegmentObject* segment = nullptr;   // the installed engine's Engine.seg
   PyObject* acquire = nullptr;       // engine.lock.acquire / .release, bound (an RLock, the
                                      // same object for the engine's life)
   PyObject* release = nullptr;
   PyObject* op_bits = nullptr;       // verdict.OP_BITS: {OpFacts: int}, these bits:
   long plain_bit = 0, floats_bit = 0, direct_bit = 0;   // verdict.PLAIN_BIT, FLOATS_BIT, ...
+  PyObject* op_bits_of = nullptr;    // verdict.op_bits(facts): the entry, made if missing
   PyObject* plain_when = nullptr;    // verdict.PLAIN_WHEN: {OpFacts: (kind, ...) or None}
   long no_dropout = -1, same_device = -1;   // its kinds (verdict.NO_DROPOUT, SAME_DEVICE)
   PyObject* zero = nullptr;          // 0.0 (a dropout_p that draws nothing)
@@ -49,6 +51,7 @@ struct State {
   PyObject* admit = nullptr;         // Engine._admit_pending, bound
   PyObject* flush = nullptr;         // Engine.flush, bound
   PyObject* period = nullptr;        // Engine._period, bound
+  PyObject* start_segment = nullptr; // Engine._start_segment, bound
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
   PyObject* run_handed = nullptr;    // kernels._run_handed (the direct kernel's), or None
   PyObject* host_copied = nullptr;   // host_scalars.copied (CPU scalar arguments)
@@ -64,12 +67,11 @@ struct State {
 
 extern State S;
 
-// interned attribute names (init_deferral)
-extern PyObject *s_node, *s_records, *s_producers, *s_queued_bytes, *s_headroom, *s_pressure,
-    *s_floats, *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints,
-    *s_t, *s_memory, *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_stats,
-    *s_period_after, *s_launches_per_op, *s_ops_per_op, *s_queue_limit, *s_queue_limit_reason,
-    *s_cache, *s_root, *s_start_segment, *s_device;
+// interned strings (init_deferral): tensor API names, the device shell's attributes (_h, _d), key
+// tags, counter keys and flush reasons
+extern PyObject *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
+    *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_launches_per_op,
+    *s_ops_per_op, *s_queue_limit_reason, *s_device;
 
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
 // nullptr with an exception set (record.NotQueueable: a call that cannot be queued).

@@ -450,18 +450,19 @@ bool test_call(PyObject* const* argv, Py_ssize_t n, Py_ssize_t want, const char*
     PyErr_SetString(PyExc_TypeError, usage);
     return false;
   }
-  if (S.engine == nullptr) {
+  if (S.op_bits == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure() first");
     return false;
   }
   *pos = PyLong_AsSsize_t(argv[3]);
   if (*pos == -1 && PyErr_Occurred()) return false;
-  PyObject* fl = PyObject_GetAttr(argv[0], s_floats);
-  if (fl == nullptr) return false;
-  int is = PyObject_IsTrue(fl);
-  Py_DECREF(fl);
-  *floats = is == 1;
-  return is >= 0;
+  PyObject* bits = PyObject_CallOneArg(S.op_bits_of, argv[0]);   // verdict.op_bits(facts)
+  if (bits == nullptr) return false;
+  long b = PyLong_AsLong(bits);
+  Py_DECREF(bits);
+  if (b == -1 && PyErr_Occurred()) return false;
+  *floats = b & S.floats_bit;
+  return true;
 }
 
 // describe(facts, args, kwargs, pos, producers): the C key builder alone (tests compare it with

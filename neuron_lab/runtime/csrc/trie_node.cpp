@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <structmember.h>
 
+#include "c_types.h"
+
 namespace py = pybind11;
 
 namespace neuron_lab {
@@ -54,12 +56,6 @@ int node_clear(PyObject* self) {
   return 0;
 }
 
-void node_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  node_clear(self);
-  Py_TYPE(self)->tp_free(self);
-}
-
 #define MEMBER(f) {#f, T_OBJECT, offsetof(NodeObject, f), 0, nullptr},
 PyMemberDef node_members[] = {
     NODE_FIELDS(MEMBER)
@@ -69,27 +65,15 @@ PyMemberDef node_members[] = {
 
 }  // namespace
 
-PyTypeObject NodeType = [] {
-  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
-  t.tp_name = "neuron_lab.runtime._runtime_ext.Node";
-  t.tp_basicsize = sizeof(NodeObject);
-  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE;
-  t.tp_doc = "Node(depth=0, metas=None, structure=None, where=None, key=None): a region trie node";
-  t.tp_init = node_init;
-  t.tp_new = PyType_GenericNew;
-  t.tp_dealloc = node_dealloc;
-  t.tp_traverse = node_traverse;
-  t.tp_clear = node_clear;
-  t.tp_members = node_members;
-  return t;
-}();
+PyTypeObject NodeType = c_types::collected<node_clear>(
+    "neuron_lab.runtime._runtime_ext.Node", sizeof(NodeObject),
+    "Node(depth=0, metas=None, structure=None, where=None, key=None): a region trie node",
+    node_init, node_traverse, node_members, true);
 
 }  // namespace trie
 
 void init_trie_node(py::module_& m) {
-  if (PyType_Ready(&trie::NodeType) < 0) throw py::error_already_set();
-  Py_INCREF(&trie::NodeType);
-  m.add_object("Node", py::handle(reinterpret_cast<PyObject*>(&trie::NodeType)));
+  c_types::add(m, trie::NodeType, "Node");
 }
 
 }  // namespace neuron_lab

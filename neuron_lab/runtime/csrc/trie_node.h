@@ -5,6 +5,8 @@
 
 #include <Python.h>
 
+#include "c_types.h"
+
 namespace neuron_lab::trie {
 
 struct NodeObject {
@@ -26,10 +28,7 @@ extern PyTypeObject NodeType;
 
 // ``o`` as a node (the type or a subclass), or nullptr with a TypeError set.
 inline NodeObject* as_node(PyObject* o) {
-  if (PyObject_TypeCheck(o, &NodeType)) return reinterpret_cast<NodeObject*>(o);
-  PyErr_Format(PyExc_TypeError, "neuron_lab: a region trie node was expected, got %s",
-               Py_TYPE(o)->tp_name);
-  return nullptr;
+  return c_types::as<NodeObject>(o, NodeType, "a region trie node");
 }
 
 }  // namespace neuron_lab::trie

@@ -1,0 +1,34 @@
+// The adaptive engine's segment state (``adaptive.Engine.seg``): the ops queued since the last
+// boundary and where they stand on the region trie. A C type the runtime's C++ reads and
+// writes field by field (segment.cpp), and Python through its members; the engine's own
+// attributes of the same names (``records``, ``node``, ...) are properties over it.
+#pragma once
+
+#include <Python.h>
+
+#include "c_types.h"
+
+namespace neuron_lab::segment {
+
+struct SegmentObject {
+  PyObject_HEAD
+  PyObject* records;         // [record.QueuedOp]: the segment's ops, in issue order
+  PyObject* producers;       // {id(tensor or storage): record.Produced}: which op made what
+  PyObject* node;            // the trie node of the last deferred op (cache.Node), or None
+  PyObject* root;            // the region trie's root (the engine's cache.root)
+  PyObject* stats;           // the engine's counters (a dict: launches_per_op, ops_per_op)
+  long long queued_bytes;    // bytes of every pending output handed out this segment
+  double headroom;           // queued_bytes past which Engine._admit_pending counts exactly
+  char pressure;             // past 90% of the capacity: flush after this op
+  Py_ssize_t period_after;   // the repeated-suffix rule looks from this many ops on
+  Py_ssize_t queue_limit;    // ops queued before a forced flush
+};
+
+extern PyTypeObject SegmentType;
+
+// ``o`` as a segment, or nullptr with a TypeError set.
+inline SegmentObject* as_segment(PyObject* o) {
+  return c_types::as<SegmentObject>(o, SegmentType, "an engine segment");
+}
+
+}  // namespace neuron_lab::segment

@@ -1,0 +1,33 @@
+"""The adaptive engine's segment state: the ops queued since the last boundary and where they
+stand on the region trie (``Engine.seg``; the engine's attributes of the same names are
+properties over it).
+
+Where the runtime's extension is built this is its C type (``csrc/segment.cpp``), whose struct
+the C++ hot path reads and writes directly: the state has one owner, and renaming a field is
+a build error there, not a lookup that fails at run time. ``NEURON_LAB_NATIVE_DEFER=0`` runs
+with the Python class below, the reference with the same fields.
+"""
+from __future__ import annotations
+
+from . import native
+
+
+class _Fields:
+    """The segment state in Python (the reference); the C type has the same fields."""
+    __slots__ = ("records", "producers", "node", "root", "stats", "queued_bytes", "headroom",
+                 "pressure", "period_after", "queue_limit")
+
+    def __init__(self) -> None:
+        self.records: list = []          # [record.QueuedOp], in issue order
+        self.producers: dict = {}        # {id(tensor or storage): record.Produced}
+        self.node = None                 # the trie node of the last deferred op
+        self.root = None                 # the region trie's root
+        self.stats = None                # the engine's counters
+        self.queued_bytes = 0            # bytes of the pending outputs handed out
+        self.headroom = 0.0              # queued_bytes past which they are counted exactly
+        self.pressure = False            # past 90% of the capacity: flush after this op
+        self.period_after = 0            # the repeated-suffix rule looks from here on
+        self.queue_limit = 0             # ops queued before a forced flush
+
+
+Segment = native.twin("Segment", _Fields)
