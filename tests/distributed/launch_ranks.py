@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
+import signal
 import sys
 import uuid
 
@@ -27,8 +28,19 @@ def _entry(module: str, name: str, backend, timeout_s: float, args: tuple):
 
 
 def run_ranks(module: str, name: str, *args, world: int = 2, backend=None, timeout_s: float = 30):
+    """The ranks' return values. The launcher installs its own SIGINT/SIGTERM/SIGHUP/SIGQUIT
+    handlers in this process (torchrun's: it ends its ranks on a signal) and leaves them; they
+    are put back after, so later tests see Python's own (tests/runtime/test_interrupts.py)."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world, run_id=uuid.uuid4().hex,
                        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                        monitor_interval=0.2, start_method="spawn")
-    return elastic_launch(cfg, _entry)(module, name, backend, timeout_s, args)
+    kept = {s: signal.getsignal(s) for s in _LAUNCHER_SIGNALS}
+    try:
+        return elastic_launch(cfg, _entry)(module, name, backend, timeout_s, args)
+    finally:
+        for s, handler in kept.items():
+            signal.signal(s, handler)
+
+
+_LAUNCHER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)

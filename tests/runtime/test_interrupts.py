@@ -26,6 +26,15 @@ from neuron_lab.runtime import knobs
 from neuron_lab.runtime.launch_queue import Job, LaunchQueue
 
 
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """Python's own SIGINT handler (it raises KeyboardInterrupt) in each test, as in a script or
+    a notebook, whatever a library used before left installed; the previous one after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _xs():
     g = torch.Generator().manual_seed(7)
     return [torch.randn(16, 16, generator=g) for _ in range(4)]
@@ -78,8 +87,6 @@ def _interrupted(loop, check, trials: int, seed: int) -> int:
 
 @pytest.mark.parametrize("mode", ["adaptive", "eager"])
 def test_interrupts_keep_handed_out_values(compile_off, mode):
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
     expect = [_step(x) for x in _xs()]
     with neuron_lab.mode(mode):
         xs = [x.to("neuron") for x in _xs()]
@@ -163,8 +170,6 @@ def test_interrupts_keep_values_with_fused_programs_and_the_device_thread(compil
     tensor handed out before the interrupt has its value, the engine goes on, and memory is
     back at its baseline once everything is freed. (Trials of fused against per-op are swept
     by ``test_interrupt_at_every_line_of_the_runtime[compiled]``.)"""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
     g = torch.Generator().manual_seed(3)
     w_cpu, x_cpu = torch.randn(16, 16, generator=g) / 4, torch.randn(16, 16, generator=g)
     n = 12
@@ -205,8 +210,6 @@ def test_a_deferred_interrupt_keeps_no_frame_of_the_launch_alive():
     count in ``memory_allocated()`` after everything is freed."""
     import weakref
     from neuron_lab.runtime.interrupts import deferred_interrupts
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
 
     def launch():
         host = torch.ones(256)
@@ -228,8 +231,6 @@ def test_an_interrupted_wait_for_the_launch_queue_leaves_its_lock_free():
     device's thread could not finish a job) nor released twice (a RuntimeError instead of the
     KeyboardInterrupt), and the queue runs on."""
     import sys
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
     main = threading.get_ident()
     q = LaunchQueue()
     ops = {"wait": q.wait, "drain": q.drain,
@@ -278,8 +279,6 @@ def test_interrupt_at_every_line_of_the_runtime(compiles):
     such as between a lock's ``__enter__`` and its ``with`` block, and leak the lock.)
     Values and accounting stay exact. Compiled: the sweep's first loops capture, compile (in the
     foreground) and trial the region, the later ones run it fused."""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is not Python's default handler here")
     with knobs.COMPILE.scoped(compiles):
         _sweep(warm=not compiles, tol=dict(rtol=1e-5, atol=1e-6) if compiles else
                dict(rtol=0, atol=0))
