@@ -77,8 +77,16 @@ def seam_runtime(engine: adaptive.Engine):
         "tensor": torch.Tensor,
     })
     engine.describe = ext.describe      # capture's keys too (the same keys, ~3 us less per op)
-    tracking.count_native(ext.deferred_counts)   # the C path counts its ops per facts
+    tracking.count_native(_deferred_counts)      # the C path counts its ops per facts
     return SeamRuntime(engine, ext.launch)
+
+
+def _deferred_counts() -> dict:
+    """{op name: ops deferred on the C path since the last call} (``tracking.count_native``)."""
+    ext = extension()
+    if ext is None:
+        return {}
+    return {f.name: n for f, n in ext.deferred_counts().items()}
 
 
 def follow_mode(adaptive: bool) -> None:

@@ -16,6 +16,9 @@ def fresh_engine():
     runtime.reset()
     with knobs.SYNC_COMPILE.scoped(True), neuron_lab.mode("adaptive"):
         yield runtime.current().engine
+    # a test that compiled in the background leaves nothing running into the next one: a
+    # compile finishing later frees what it held (its example inputs) in that test's middle
+    runtime.wait_compiles(None)
     runtime.reset()
 
 

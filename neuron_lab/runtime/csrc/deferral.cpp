@@ -602,13 +602,12 @@ PyMethodDef launch_def = {"launch", reinterpret_cast<PyCFunction>(reinterpret_ca
                           "launch(facts, args, kwargs): Engine.launch with its hot path in C"};
 
 
-// {op name: ops deferred on the C path since the last call} (tracking.count_native)
+// {op facts: ops deferred on the C path since the last call} (fastpath.deferred_counts)
 py::dict deferred_counts() {
   py::dict out;
   for (auto& [f, n] : S.deferred) {
     if (n == 0) continue;
-    py::object name = py::reinterpret_borrow<py::object>(f).attr("name");
-    out[name] = py::int_(n) + out.attr("get")(name, 0);
+    out[py::handle(f)] = py::int_(n);
     n = 0;
   }
   return out;
@@ -699,7 +698,7 @@ void init_deferral(py::module_& m) {
   m.def("configure", &configure,
         "configure({engine, lock, plain, ...}): the objects the hot path uses (fastpath.py)");
   m.def("deferred_counts", &deferred_counts,
-        "{op name: ops deferred on the C path since the last call} (tracking.executed's share)");
+        "{op facts: ops deferred on the C path since the last call} (tracking.executed's share)");
   m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
         "(ops deferred on the C path, launches handed to the Python engine)");
   m.def("captured", [] { return S.captured; }, "ops captured on the C path (run now, recorded)");
