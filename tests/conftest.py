@@ -4,7 +4,14 @@
 twice, eager and adaptive. Adaptive runs with compiling off — device tests check op semantics,
 fused programs (and their tolerance) are tests/runtime's — so its per-op replays are bitwise too.
 """
+import os
+
 import pytest
+
+# The suite keeps both cores busy (one pytest-xdist worker each): a compile helper below the
+# workers' priority (the default, NEURON_LAB_COMPILE_NICE=10) would get a tenth of a core, and
+# the tests that wait for compiles would wait ten times as long. Nothing here times a loop.
+os.environ.setdefault("NEURON_LAB_COMPILE_NICE", "0")
 
 import neuron_lab
 

@@ -12,7 +12,7 @@ rule that cuts long segments), ``cache`` (region trie, LRU), ``compiler`` (recor
 (FX graph -> inductor program), ``worker`` (background compiles) and ``helper`` (the process
 they run in), ``policy`` (what to compile, fused or per-op), ``status`` (a region's states and
 transitions), ``replay`` (per-op launch), ``fused`` (fused launch), ``pending`` (giving pending
-outputs their values), ``blame`` (a deferred op's error named by its user's line), ``snapshot``
+outputs their values), ``errors`` (a deferred op's error named by its user's line), ``snapshot``
 (the read-only views the layers above read). The eager path is the device's own
 ``kernels.execute``.
 """

@@ -43,7 +43,7 @@ import torch
 
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
-from . import blame, dropout, early, knobs, native, pending, policy, replay, verdict, worker
+from . import dropout, early, errors, knobs, native, pending, policy, replay, verdict, worker
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .launch_queue import Job, LaunchQueue
@@ -477,8 +477,8 @@ class Engine:
             self._reset()
 
     def _explain(self, e: Exception, n: int, where: str) -> None:
-        """Name the deferred op that raised ``e`` and its user's line (``blame.explain``)."""
-        self.last_error = blame.explain(e, n, where) or self.last_error
+        """Name the deferred op that raised ``e`` and its user's line (``errors.explain``)."""
+        self.last_error = errors.explain(e, n, where) or self.last_error
 
     def settle(self) -> None:
         """The device's ``seam.settle``: wait for the launches queued on the device's thread
@@ -498,7 +498,7 @@ class Engine:
                 d = s.__dict__.get("_d")
                 d = d if isinstance(d, Tensor) else shell._recover(s)
         if d is None:   # its producer was deferred and failed: never hand out a made-up value
-            raise blame.no_value(s, self.last_error)
+            raise errors.no_value(s, self.last_error)
         return d
 
     def _debug(self, what: str, n) -> None:

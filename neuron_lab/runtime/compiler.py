@@ -43,7 +43,7 @@ from torch import fx
 from ..device import shell
 from ..device.executor import host_device
 from . import native
-from .opaque import OPAQUE
+from .extern_ops import EXTERN
 from .record import Ref, contiguous_strides
 
 Tensor = torch.Tensor
@@ -228,7 +228,7 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
                                    {"memory_format": torch.contiguous_format})
         else:
             target = rec.facts.target
-            node = g.call_function(OPAQUE.get(target, target), args, kwargs)
+            node = g.call_function(EXTERN.get(target, target), args, kwargs)
         if rec.structure == "t":
             outs = [node]
         elif rec.structure[0] == "tuple":    # tensors, and Nones (convolution_backward's mask)

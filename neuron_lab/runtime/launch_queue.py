@@ -25,7 +25,7 @@ thread, as before.
 
 A launch that raises on the worker keeps its error; the next ``drain`` on a user thread raises
 it (once), as a device reports an asynchronous failure at the next synchronization; the values
-it did not compute raise "has no value" where they are read (``blame.no_value``).
+it did not compute raise "has no value" where they are read (``errors.no_value``).
 
 At most ``DEPTH`` launches wait: a host further ahead waits for the oldest (its pending outputs
 are counted as allocated until then, so a runaway host cannot outgrow the modelled memory).

@@ -90,7 +90,7 @@ def test_a_convolutions_backward_compiles():
 
 def test_a_float32_grouped_mm_compiles():
     """Mixtral's and Qwen2-MoE's experts: ``_grouped_mm``'s meta kernel wants bfloat16, CPU's
-    computes float32; the program calls it as an extern kernel (``runtime.opaque``)."""
+    computes float32; the program calls it as an extern kernel (``runtime.extern_ops``)."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(12, 8, generator=g), torch.randn(3, 8, 4, generator=g)
     offs = torch.tensor([4, 8, 12], dtype=torch.int32)

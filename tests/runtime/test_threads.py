@@ -112,10 +112,11 @@ def test_threads_with_fused_programs(fresh_engine):
 def test_memory_accounting_exact_after_threads(compile_off):
     """Threads allocate and free concurrently (the weakref callback that uncounts a storage runs
     in whichever thread drops it): afterwards memory_allocated() is back where it started."""
-    from neuron_lab.device import memory
-    neuron_lab.sync()
-    gc.collect()                         # earlier tests' cyclic garbage must not die mid-test
+    from neuron_lab.device import memory, seam
+    gc.collect()                         # earlier tests' cyclic garbage must not die mid-test,
+    neuron_lab.sync()                    # nor work its finalizers queued
     base = memory.memory_allocated()
+    at_base = (memory.counted(), seam.pending_bytes())
 
     def work(i, iters):
         x = torch.randn(32, 32).to("neuron")
@@ -131,5 +132,7 @@ def test_memory_accounting_exact_after_threads(compile_off):
             assert not errors, errors[:3]
             neuron_lab.sync()
         gc.collect()                     # cyclic garbage is freed by the collector, not counted
-        assert memory.memory_allocated() == base, mode
+        assert memory.memory_allocated() == base, (
+            mode, "(counted, pending) at the base and now:", at_base,
+            (memory.counted(), seam.pending_bytes()))
 

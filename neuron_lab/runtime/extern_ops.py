@@ -34,4 +34,4 @@ def _(a, b, offs=None, bias=None, out_dtype=None):
 
 
 # the ATen overload recorded -> the op the fused program calls instead
-OPAQUE = {_aten._grouped_mm.default: torch.ops.neuron_lab.grouped_mm.default}
+EXTERN = {_aten._grouped_mm.default: torch.ops.neuron_lab.grouped_mm.default}
