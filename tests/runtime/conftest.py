@@ -13,11 +13,12 @@ from neuron_lab.runtime import knobs
 
 @pytest.fixture(autouse=True)
 def fresh_engine():
+    # no background compile (of this file's tests or of another file run before on this
+    # worker) runs into a test: the tests here count regions, launches and memory exactly
+    runtime.wait_compiles(None)
     runtime.reset()
     with knobs.SYNC_COMPILE.scoped(True), neuron_lab.mode("adaptive"):
         yield runtime.current().engine
-    # a test that compiled in the background leaves nothing running into the next one: a
-    # compile finishing later frees what it held (its example inputs) in that test's middle
     runtime.wait_compiles(None)
     runtime.reset()
 
