@@ -43,6 +43,7 @@ import hashlib
 import os
 import pickle
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -273,7 +274,8 @@ def _started() -> subprocess.Popen | None:
     try:
         _proc = subprocess.Popen([sys.executable, "-c", _MAIN],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL if quiet else None, env=env)
+                                 stderr=subprocess.DEVNULL if quiet else None, env=env,
+                                 start_new_session=True)
     except OSError as e:
         _broken(f"could not start: {e}")
         return None
@@ -353,6 +355,10 @@ def _serve(inp, out) -> None:
 
 
 def main() -> None:
+    # Ctrl-C is the user's process's (a terminal's reaches its whole process group, Jupyter's
+    # interrupt button may too): the helper ignores SIGINT, in a session of its own, and ends
+    # when the user's process closes its pipe or kills it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     _lower_priority(knobs.COMPILE_NICE.get())
     replies = os.fdopen(os.dup(1), "wb")      # replies only: prints go to stderr

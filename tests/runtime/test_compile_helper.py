@@ -204,6 +204,28 @@ def test_the_helper_runs_below_the_users_priority(background):
     helper.stop()
 
 
+def test_ctrl_c_leaves_the_helper_running(background):
+    """A terminal's Ctrl-C goes to its whole process group, and Jupyter's interrupt may: the
+    helper is in a session of its own and ignores SIGINT, so the user's interrupt does not
+    cost the process its compiles."""
+    import signal
+    import time
+    _train("neuron", 4)
+    assert helper.running()
+    pid = helper._proc.pid
+    assert os.getsid(pid) != os.getsid(0)
+    os.kill(pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert helper.running() and helper._proc.pid == pid
+    compiles = helper.state["compiles"]
+    k = 1.0 + (os.getpid() % 9973) / 1e5    # a constant this process alone compiles in
+    x = torch.randn(8, 24).to("neuron")
+    for _ in range(4):
+        ((x * k).sin() @ x.T).relu().sum().item()
+        runtime.wait_compiles()
+    assert helper.state["broken"] is None and helper.state["compiles"] > compiles
+
+
 def test_stop_ends_the_helper(background):
     _train("neuron", 4)
     assert helper.running()
