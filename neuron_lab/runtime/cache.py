@@ -16,6 +16,7 @@ from typing import Any
 from . import knobs, native
 from .compiler import data_floats
 from .record import CALLER
+from .snapshot import RegionSnapshot
 from .status import Status, check
 
 _ids = itertools.count(1)
@@ -118,14 +119,8 @@ class Region:
         return len(self.keys)
 
     def summary(self) -> dict:
-        med = lambda xs: sorted(xs)[len(xs) // 2] * 1e6 if xs else None  # noqa: E731
-        return {"id": self.id, "ops": self.ops, "hits": self.hits, "status": self.status.value,
-                "per_op_us": med(self.per_op_s), "fused_us": med(self.fused_s),
-                "compile_s": self.compile_s, "fused_launches": self.fused_launches,
-                "per_op_launches": self.per_op_launches, "error": self.error,
-                "relaid_outputs": len(self.relayout[1]) if self.relayout else 0,
-                "widened": self.widened,
-                "first_ops": self.names[:6]}
+        """JSON-safe, as ``snapshot.RegionSnapshot.summary`` gives it."""
+        return RegionSnapshot.of(self).summary()
 
 
 class RegionCache:

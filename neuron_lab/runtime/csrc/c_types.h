@@ -8,18 +8,36 @@
 
 namespace neuron_lab::c_types {
 
-// tp_dealloc of a collected type whose tp_clear is ``Clear``.
-template <inquiry Clear>
-void dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  Clear(self);
-  Py_TYPE(self)->tp_free(self);
-}
+// The object fields ``F...`` of a ``T``: what the collector visits and clears.
+template <class T, PyObject* T::*... F>
+struct ObjectFields {
+  static int traverse(PyObject* self, visitproc visit, void* arg) {
+    T* o = reinterpret_cast<T*>(self);
+    for (PyObject* v : {o->*F...}) {
+      if (v != nullptr) {
+        int r = visit(v, arg);
+        if (r != 0) return r;
+      }
+    }
+    return 0;   // a Python subclass's type is visited (and released) by CPython's subtype_*
+  }
+  static int clear(PyObject* self) {
+    T* o = reinterpret_cast<T*>(self);
+    for (PyObject** p : {&(o->*F)...}) Py_CLEAR(*p);
+    return 0;
+  }
+  static void dealloc(PyObject* self) {
+    PyObject_GC_UnTrack(self);
+    clear(self);
+    Py_TYPE(self)->tp_free(self);
+  }
+};
 
-// A collected type with these slots (``subclassable``: Python classes may derive from it).
-template <inquiry Clear>
+// A collected type whose object fields are ``Fields`` (an ``ObjectFields``), with these slots
+// (``subclassable``: Python classes may derive from it).
+template <class Fields>
 PyTypeObject collected(const char* name, Py_ssize_t size, const char* doc, initproc init,
-                       traverseproc traverse, PyMemberDef* members, bool subclassable) {
+                       PyMemberDef* members, bool subclassable) {
   PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
   t.tp_name = name;
   t.tp_basicsize = size;
@@ -27,9 +45,9 @@ PyTypeObject collected(const char* name, Py_ssize_t size, const char* doc, initp
   t.tp_doc = doc;
   t.tp_init = init;
   t.tp_new = PyType_GenericNew;
-  t.tp_dealloc = dealloc<Clear>;
-  t.tp_traverse = traverse;
-  t.tp_clear = Clear;
+  t.tp_dealloc = Fields::dealloc;
+  t.tp_traverse = Fields::traverse;
+  t.tp_clear = Fields::clear;
   t.tp_members = members;
   return t;
 }

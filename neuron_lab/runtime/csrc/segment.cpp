@@ -39,21 +39,9 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int segment_traverse(PyObject* self, visitproc visit, void* arg) {
-  auto* s = reinterpret_cast<SegmentObject*>(self);
-#define VISIT(f) Py_VISIT(s->f);
-  SEGMENT_OBJECTS(VISIT)
-#undef VISIT
-  return 0;
-}
-
-int segment_clear(PyObject* self) {
-  auto* s = reinterpret_cast<SegmentObject*>(self);
-#define CLEAR(f) Py_CLEAR(s->f);
-  SEGMENT_OBJECTS(CLEAR)
-#undef CLEAR
-  return 0;
-}
+#define FIELD(f) , &SegmentObject::f
+using Fields = c_types::ObjectFields<SegmentObject SEGMENT_OBJECTS(FIELD)>;
+#undef FIELD
 
 #define MEMBER(f) {#f, T_OBJECT, offsetof(SegmentObject, f), 0, nullptr},
 PyMemberDef segment_members[] = {
@@ -68,10 +56,10 @@ PyMemberDef segment_members[] = {
 
 }  // namespace
 
-PyTypeObject SegmentType = c_types::collected<segment_clear>(
+PyTypeObject SegmentType = c_types::collected<Fields>(
     "neuron_lab.runtime._runtime_ext.Segment", sizeof(SegmentObject),
     "Segment(): the adaptive engine's queued ops and their place on the region trie",
-    segment_init, segment_traverse, segment_members, false);
+    segment_init, segment_members, false);
 
 }  // namespace segment
 

@@ -40,21 +40,9 @@ int node_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-int node_traverse(PyObject* self, visitproc visit, void* arg) {
-  auto* n = reinterpret_cast<NodeObject*>(self);
-#define VISIT(f) Py_VISIT(n->f);
-  NODE_FIELDS(VISIT)
-#undef VISIT
-  return 0;   // a Python subclass's type is visited (and released) by CPython's subtype_*
-}
-
-int node_clear(PyObject* self) {
-  auto* n = reinterpret_cast<NodeObject*>(self);
-#define CLEAR(f) Py_CLEAR(n->f);
-  NODE_FIELDS(CLEAR)
-#undef CLEAR
-  return 0;
-}
+#define FIELD(f) , &NodeObject::f
+using Fields = c_types::ObjectFields<NodeObject NODE_FIELDS(FIELD)>;
+#undef FIELD
 
 #define MEMBER(f) {#f, T_OBJECT, offsetof(NodeObject, f), 0, nullptr},
 PyMemberDef node_members[] = {
@@ -65,10 +53,10 @@ PyMemberDef node_members[] = {
 
 }  // namespace
 
-PyTypeObject NodeType = c_types::collected<node_clear>(
+PyTypeObject NodeType = c_types::collected<Fields>(
     "neuron_lab.runtime._runtime_ext.Node", sizeof(NodeObject),
     "Node(depth=0, metas=None, structure=None, where=None, key=None): a region trie node",
-    node_init, node_traverse, node_members, true);
+    node_init, node_members, true);
 
 }  // namespace trie
 
