@@ -89,7 +89,6 @@ def _compile(region, gm, examples, stats, build=programs.Build(), floats=(None, 
                     error=None)
     finally:
         _add("running", -1)
-        _add("queued", -1)
         _add("seconds", time.perf_counter() - t0)
 
 
@@ -149,6 +148,8 @@ def _loop() -> None:
             try:
                 _compile(*job)
             finally:
+                job = None          # the region, its graph and example inputs go before a
+                _add("queued", -1)  # ``wait`` hears that the compile is done
                 if _q.empty():
                     sys.setswitchinterval(default)
     except _Cancelled:
@@ -187,7 +188,10 @@ def submit(region, gm, examples, stats, build=programs.Build(), floats=(None, No
         t = threading.Thread(target=_compile, args=(region, gm, examples, stats, build, floats),
                              name="neuron_lab-compile-sync")
         t.start()
-        t.join()
+        try:
+            t.join()
+        finally:
+            _add("queued", -1)
         return
     with _lock:
         if _thread is None or not _thread.is_alive():

@@ -67,7 +67,6 @@ def test_evicted_region_is_dropped_from_the_queue(fresh_engine, monkeypatch):
         started.set()
         release.wait(60)
         compiled.append(region.id)
-        worker._add("queued", -1)
 
     monkeypatch.setattr(worker, "_compile", fake_compile)
     dropped = worker.state["dropped"]
@@ -86,3 +85,24 @@ def test_evicted_region_is_dropped_from_the_queue(fresh_engine, monkeypatch):
     first, *rest = compiled              # the one that was running when evicted
     assert set(rest) <= live and len(rest) == 2
     assert worker.state["dropped"] - dropped == 1
+
+
+def test_a_finished_compile_leaves_nothing_on_the_worker(fresh_engine):
+    """When ``wait_compiles`` returns, the worker thread has let go of the region it compiled,
+    its graph and its example inputs: a region the cache forgot dies with it. (The worker kept
+    its last job until the next one came, and ``wait`` returned before the compile's frame
+    ended.)"""
+    import gc
+    import weakref
+    with knobs.SYNC_COMPILE.scoped(False), knobs.COMPILE_HELPER.scoped(False), \
+            knobs.COMPILE_AFTER.scoped(1):
+        x = torch.randn(16, 16).to("neuron")
+        for _ in range(4):
+            (x * 2 + 1).relu().sum().item()
+        assert runtime.wait_compiles(timeout=120)
+    compiled = [weakref.ref(r) for r in runtime.current().engine.cache.lru.values()
+                if r.compile_s is not None]
+    assert compiled
+    runtime.reset()
+    gc.collect()
+    assert all(r() is None for r in compiled)
