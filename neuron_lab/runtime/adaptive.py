@@ -90,7 +90,7 @@ class Engine:
     # The segment's state lives in ``seg`` (segment.py: a C struct the hot path shares); these
     # read and set it under the names the engine's Python uses.
     records = _on_segment("records", "[QueuedOp]: the segment's ops, in issue order")
-    producers = _on_segment("producers", "{id(tensor or storage): Produced}")
+    producers = _on_segment("producers", "{id(tensor), id(storage) or storage_key: Produced}")
     node = _on_segment("node", "the trie node of the last deferred op (None: capturing)")
     queued_bytes = _on_segment("queued_bytes", "bytes of every pending output handed out")
     headroom = _on_segment("headroom", "queued_bytes past which _admit_pending counts exactly")

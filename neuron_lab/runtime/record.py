@@ -66,8 +66,8 @@ weak_ref = native.twin("weak_ref", weakref.ref)
 
 
 class Produced(NamedTuple):
-    """A producers-map entry (``Engine.producers``, keyed by ``id`` of an output tensor or of
-    its storage): which op of the segment made it, a weak reference that tells a live object
+    """A producers-map entry (``Engine.producers``, keyed by ``id`` of an output tensor, by
+    ``id`` of a pending output's storage, or by a captured output's ``storage_key``): which op of the segment made it, a weak reference that tells a live object
     from a new one reusing the id, and the argument template naming it."""
     pos: int
     k: int
@@ -75,16 +75,28 @@ class Produced(NamedTuple):
     ref: Ref
 
 
+def storage_key(st, meta: "OutMeta") -> tuple:
+    """The key of a captured output's storage entry: a view shares its base's storage, so the
+    storage alone does not name the output a shallow copy stands for; its metadata does."""
+    return id(st), meta
+
+
 def _by_storage(a: Tensor, producers: dict):
     """A C++ shallow copy of a region output (``.data``, autograd's saved outputs) is a new
-    Python object over the same storage; every output shell has a storage of its own, so the
-    storage names the producer. Only objects without a cached host view can be such copies."""
+    Python object over the same storage. Every pending output has a storage of its own, so its
+    storage names the producer; a captured output's storage may be shared with its views, so
+    the entry is the one with the copy's metadata too (``storage_key``). A segment that left a
+    known path captures after it deferred: a captured view of a pending output is the later
+    producer, so the captured entry is looked for first. Only objects without a cached host
+    view can be such copies."""
     if "_d" in a.__dict__:
         return None
     st = a.untyped_storage()
-    p = producers.get(id(st))
-    if p is None or p.obj() is not st:
-        return None
+    p = producers.get(storage_key(st, out_meta(a)))     # captured after any pending entry of
+    if p is None or p.obj() is not st:                  # the storage: the later producer
+        p = producers.get(id(st))
+        if p is None or p.obj() is not st:
+            return None
     producers[id(a)] = _tuple_new(Produced, (p.pos, p.k, weak_ref(a), p.ref))
     return p
 
@@ -310,20 +322,20 @@ def structure_of(out) -> Any:
 
 def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: dict) -> None:
     """Append the record of an op that ran now (the engine's capture) to ``records``, and its
-    outputs' producer entries (under ``id`` of each output and of its storage; a host-only
+    outputs' producer entries (under ``id`` of each output and ``storage_key``; a host-only
     output gets none: it is never a queued argument). ``record_run`` is this function's C twin
     where the runtime's extension is built (csrc/records.cpp), ~5 us less per captured op."""
     outs = flatten_outputs(out)
     pos = len(records)
-    records.append(_tuple_new(QueuedOp, (facts, targs, tkw, key, [None] * len(outs),
-                                         tuple([out_meta(t) for t in outs]), structure_of(out),
-                                         where, None)))
+    metas = tuple([out_meta(t) for t in outs])
+    records.append(_tuple_new(QueuedOp, (facts, targs, tkw, key, [None] * len(outs), metas,
+                                         structure_of(out), where, None)))
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
             producers[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), r))
             st = t.untyped_storage()
-            producers[id(st)] = _tuple_new(Produced, (pos, k, weak_ref(st), r))
+            producers[storage_key(st, metas[k])] = _tuple_new(Produced, (pos, k, weak_ref(st), r))
 
 
 def rebuild(structure, outs: list):

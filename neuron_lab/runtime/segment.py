@@ -19,7 +19,7 @@ class _Fields:
 
     def __init__(self) -> None:
         self.records: list = []          # [record.QueuedOp], in issue order
-        self.producers: dict = {}        # {id(tensor or storage): record.Produced}
+        self.producers: dict = {}        # {id(tensor), id(storage) or storage_key: record.Produced}
         self.node = None                 # the trie node of the last deferred op
         self.root = None                 # the region trie's root
         self.stats = None                # the engine's counters

@@ -150,6 +150,24 @@ def test_shallow_copy_of_an_output_is_found_by_its_storage():
     assert producers[id(copy)].ref is r   # an entry of its own, as record._by_storage adds
 
 
+def test_shallow_copy_of_a_captured_output_with_views_names_its_own_op():
+    """A captured output and its view share a storage: the copy's metadata picks the entry
+    (record.storage_key), in C as in Python."""
+    with rt.mode("eager"):
+        base = torch.randn(4, 6).to("neuron")
+        view = base.t()
+    copies = {"base": base.data, "view": view.data}
+    if any("_d" in c.__dict__ for c in copies.values()):
+        pytest.skip("this build caches host views on shallow copies")
+    recs, producers = [object()], {}
+    for out in (base, view):              # ops 1 and 2: the base, then its view
+        record.record_run_py(facts(aten.t.default), (), None, None, out, None, recs, producers)
+    f = facts(aten.neg.default)
+    for name, pos in (("base", 1), ("view", 2)):
+        want, got = _both(aten.neg.default, (copies[name],), None, 4, producers)
+        assert want[0] == got[0] == (f, (("r", 4 - pos, 0),)), name
+
+
 @pytest.mark.parametrize("arg", [torch.randn(3, 4),                        # a CPU tensor
                                  torch.randn(3).double().to("neuron"),    # a host-only dtype
                                  object()])                               # unhashable kind

@@ -156,3 +156,31 @@ def test_training_with_a_periodic_no_grad_evaluation_settles_into_known_regions(
     assert misses[-1] == misses[2]          # rounds 4-6 met every region known
     for a, b in zip(dev_params, params):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_saved_output_with_a_view_is_wired_to_its_own_op(compile_off):
+    """Autograd saves tanh's output as a shallow copy (a new tensor over the same storage), and
+    ``y.t()`` is a view over that storage too. The copy's key must name tanh, not the later
+    view: then the captured region has the keys the deferred steps build, and the loop is one
+    region from its second step. (Wired to the view, each step's deferral diverged from the
+    capture and recorded again: two extra regions, and BART, ViT and Mamba in the zoo fused
+    only from step 4 or 5.) The Python reference: test_fastpath."""
+    xc, wc = torch.randn(6, 6), torch.randn(6, 6)
+
+    def step(x, w):
+        y = torch.tanh(x)
+        (y.t() * w).sum().backward()
+        return x.grad
+
+    expect = step(xc.clone().requires_grad_(), wc)
+    w = wc.to("neuron")
+    for _ in range(5):
+        got = step(xc.to("neuron").requires_grad_(), w)
+        torch.testing.assert_close(got.cpu(), expect)
+    neuron_lab.sync()
+    (region,) = runtime.current().engine.cache.lru.values()
+    names, keys = region.names, region.keys
+    i = names.index("aten::tanh_backward")
+    saved = keys[i][1][1]                       # ("r", distance back, output)
+    assert names[i - saved[1]] == "aten::tanh"
+    assert runtime.stats()["hits"] >= 3

@@ -20,9 +20,19 @@ namespace neuron_lab {
 namespace deferral {
 namespace {
 
+// The live entry of storage ``st`` under ``key`` (borrowed), or nullptr (an error set, or none)
+PyObject* storage_entry(PyObject* producers, PyObject* key, PyObject* st) {
+  if (key == nullptr) return nullptr;
+  PyObject* p = PyDict_GetItemWithError(producers, key);
+  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || !weak_is(PyTuple_GET_ITEM(p, 2), st))
+    return nullptr;
+  return p;
+}
+
 // A tensor made earlier in this segment: its producer entry, or nullptr (borrowed). A C++
 // shallow copy of an output (``.data``, autograd's saved outputs: no cached host view) is
-// found through its storage and gets an entry of its own (record._by_storage).
+// found through its storage: a captured output's with the copy's metadata (a view shares its
+// base's storage), else a pending output's; it gets an entry of its own (record._by_storage).
 PyObject* producer_of(PyObject* a, PyObject* producers) {
   PyObject* id = PyLong_FromVoidPtr(a);
   if (id == nullptr) return nullptr;
@@ -48,10 +58,17 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
     Py_DECREF(id);
     return nullptr;
   }
-  PyObject* sid = PyLong_FromVoidPtr(st);
-  p = sid ? PyDict_GetItemWithError(producers, sid) : nullptr;
-  Py_XDECREF(sid);
-  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || !weak_is(PyTuple_GET_ITEM(p, 2), st)) {
+  PyObject* meta = out_meta_of(a);   // a captured entry first: it is the later producer
+  PyObject* key = meta ? storage_key(st, meta) : nullptr;
+  p = storage_entry(producers, key, st);
+  Py_XDECREF(key);
+  Py_XDECREF(meta);
+  if (p == nullptr && !PyErr_Occurred()) {
+    PyObject* sid = PyLong_FromVoidPtr(st);
+    p = storage_entry(producers, sid, st);
+    Py_XDECREF(sid);
+  }
+  if (p == nullptr) {
     Py_DECREF(st);
     Py_DECREF(id);
     return nullptr;

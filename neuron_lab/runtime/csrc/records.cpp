@@ -72,17 +72,35 @@ PyObject* int_tuple(c10::IntArrayRef v) {
 
 }  // namespace
 
-bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
-                  PyObject* k, PyObject* wr, PyObject* r) {
+namespace {
+
+// producers[key] = produced(pos, k, wr or weakref(o), r); false with an exception set
+bool set_entry(PyTypeObject* produced, PyObject* producers, PyObject* key, PyObject* o,
+               PyObject* pos, PyObject* k, PyObject* wr, PyObject* r) {
   wr = wr != nullptr ? Py_NewRef(wr) : weak_ref(o);
   if (wr == nullptr) return false;
   PyObject* items[4] = {Py_NewRef(pos), Py_NewRef(k), wr, Py_NewRef(r)};
   PyObject* entry = untracked(named(produced, 4, items));
-  PyObject* id = entry ? PyLong_FromVoidPtr(o) : nullptr;
-  bool ok = id != nullptr && PyDict_SetItem(producers, id, entry) == 0;
-  Py_XDECREF(id);
+  bool ok = entry != nullptr && PyDict_SetItem(producers, key, entry) == 0;
   Py_XDECREF(entry);
   return ok;
+}
+
+}  // namespace
+
+bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
+                  PyObject* k, PyObject* wr, PyObject* r) {
+  PyObject* id = PyLong_FromVoidPtr(o);
+  bool ok = id != nullptr && set_entry(produced, producers, id, o, pos, k, wr, r);
+  Py_XDECREF(id);
+  return ok;
+}
+
+PyObject* storage_key(PyObject* st, PyObject* meta) {
+  PyObject* id = PyLong_FromVoidPtr(st);
+  PyObject* key = id ? PyTuple_Pack(2, id, meta) : nullptr;
+  Py_XDECREF(id);
+  return untracked(key);
 }
 
 namespace {
@@ -90,6 +108,15 @@ namespace {
 // producers[id(o)] = Produced(pos, k, weakref(o), r); false with an exception set
 bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* k, PyObject* r) {
   return set_producer(R.produced, producers, o, pos, k, nullptr, r);
+}
+
+// producers[(id(st), meta)] = Produced(pos, k, weakref(st), r): a captured output's storage
+bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject* pos,
+                     PyObject* k, PyObject* r) {
+  PyObject* key = storage_key(st, meta);
+  bool ok = key != nullptr && set_entry(R.produced, producers, key, st, pos, k, nullptr, r);
+  Py_XDECREF(key);
+  return ok;
 }
 
 // OutMeta(size, stride, offset, dtype) of tensor `t` (record.out_meta), untracked
@@ -208,7 +235,8 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     PyObject* r = kk ? ref_of(pos, kk) : nullptr;
     PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
                                                           // untyped_storage(), as Python gets it
-    ok = st != nullptr && produce(producers, out, pos, kk, r) && produce(producers, st, pos, kk, r);
+    ok = st != nullptr && produce(producers, out, pos, kk, r) &&
+         produce_storage(producers, st, PyTuple_GET_ITEM(metas, k), pos, kk, r);
     Py_XDECREF(st);
     Py_XDECREF(r);
     Py_XDECREF(kk);
@@ -418,6 +446,14 @@ void configure_records(py::dict o) {
 }
 
 }  // namespace
+
+PyObject* out_meta_of(PyObject* t) {
+  if (R.out_meta == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure_records() first");
+    return nullptr;
+  }
+  return out_meta(THPVariable_Unpack(t));
+}
 
 PyObject* host_of(PyObject* t, PyObject* host) {
   PyObject** dictptr = _PyObject_GetDictPtr(t);

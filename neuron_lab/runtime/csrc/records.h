@@ -15,4 +15,14 @@ PyObject* host_of(PyObject* t, PyObject* host);
 bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
                   PyObject* k, PyObject* wr, PyObject* r);
 
+// The key of a captured output's storage entry, (id(storage), OutMeta): a view shares its
+// base's storage, so the storage alone does not name the output a C++ shallow copy (``.data``,
+// autograd's saved tensors) stands for; its metadata does (record.storage_key). A new
+// reference, or nullptr with an exception set.
+PyObject* storage_key(PyObject* st, PyObject* meta);
+
+// OutMeta(size, stride, offset, dtype) of a tensor (record.out_meta), untracked; a new
+// reference, or nullptr with an exception set
+PyObject* out_meta_of(PyObject* t);
+
 }  // namespace neuron_lab
