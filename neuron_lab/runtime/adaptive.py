@@ -49,7 +49,7 @@ from .interrupts import deferred_interrupts
 from .launch_queue import Job, LaunchQueue
 from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
-                     out_plan, rebuild, record_run, ref, rekey, weak_ref)
+                     identity_view, out_plan, rebuild, record_run, ref, rekey, weak_ref)
 from .segment import Segment
 from .status import Status
 from .verdict import QUEUED, Kind, Verdict
@@ -263,7 +263,9 @@ class Engine:
         fast = nxt.fast
         if fast is None:
             nxt.plan = out_plan(f, nxt.metas)
-            fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos) or False
+            same = identity_view(f, key, nxt.metas[0], pos, self.records, self.producers) \
+                if nxt.structure == "t" else None
+            fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos, same) or False
         if fast:
             return self._defer_one(f, (key, targs, tkw), nxt, fast)
         plan = nxt.plan
@@ -335,7 +337,12 @@ class Engine:
         if fast.queueable:
             prod = self.producers
             prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
-            prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
+            same = fast.same_as
+            if same is None:
+                prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
+            else:                          # an identity view: its storage names the first
+                p, k = pos - same[0], same[1]
+                prod[id(st)] = _tuple_new(Produced, (p, k, sr, ref(p, k)))
         rec = _tuple_new(QueuedOp, (f, described[1], described[2], nxt.key, [(tr, sr)],
                                     nxt.metas, "t", nxt.where, nxt.plan))
         self.records.append(rec)

@@ -243,7 +243,9 @@ def contiguous_strides(size) -> tuple:
 class FastOut(NamedTuple):
     """The common deferred op, precomputed per trie node: one new pending tensor returned as
     a plain tensor (``Engine._defer_one``); ``dense``: contiguous at offset 0 (no restride);
-    ``nbytes`` 0 for a view."""
+    ``nbytes`` 0 for a view. ``same_as``: None, or (distance back, output) of the earlier
+    output this one is an identity view of (``identity_view``): its storage entry names that
+    output, as the capture's does."""
     size: tuple
     stride: tuple
     offset: int
@@ -252,9 +254,10 @@ class FastOut(NamedTuple):
     dense: bool
     queueable: bool
     ref: Ref
+    same_as: tuple | None = None
 
 
-def fast_out(plan: tuple, structure, pos: int) -> FastOut | None:
+def fast_out(plan: tuple, structure, pos: int, same_as: tuple | None = None) -> FastOut | None:
     """``FastOut`` for an op at segment position ``pos`` with output plan ``plan``, or None."""
     if structure != "t" or len(plan) != 1:
         return None
@@ -263,7 +266,33 @@ def fast_out(plan: tuple, structure, pos: int) -> FastOut | None:
         return None
     m = spec.meta
     return FastOut(m.size, m.stride, m.offset, m.dtype, spec.nbytes, spec.dense, spec.queueable,
-                   ref(pos, 0))
+                   ref(pos, 0), same_as)
+
+
+def identity_view(facts, key, meta: OutMeta, pos: int, records: list, producers: dict):
+    """(distance back, output) of the output whose storage entry a deferred op's one output
+    shares, or None. A single-output view of argument 0 with argument 0's metadata
+    (``view`` to the same shape, ``_reshape_alias``, ``alias``, ``detach``) is the same tensor
+    again: a C++ shallow copy of either (autograd's saved tensors) is the same value, and the
+    capture cannot tell them apart (they share storage and metadata), so its storage entry
+    keeps the earlier one's (``record_run``). The deferral, where every output has a storage
+    of its own, names the same output: the one argument 0's storage entry names (an identity
+    view of an identity view names the first). Derived once per trie node."""
+    alias = facts.ret_alias[0] if facts.ret_alias else None
+    args = key[1]
+    if (alias is None or alias[0] != 0 or alias[1] or not args or type(args[0]) is not tuple
+            or len(args[0]) != 3 or args[0][0] != "r"):
+        return None
+    _, d, kk = args[0]
+    src = records[pos - d]
+    if src.metas[kk] != meta:
+        return None
+    pair = src.outs[kk]
+    st = pair[1]() if pair is not None else None
+    p = producers.get(id(st)) if st is not None else None
+    if p is None or p.obj() is not st:
+        return d, kk
+    return pos - p.pos, p.k
 
 
 def out_plan(facts, metas) -> tuple[OutSpec, ...]:
@@ -328,14 +357,43 @@ def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: 
     outs = flatten_outputs(out)
     pos = len(records)
     metas = tuple([out_meta(t) for t in outs])
+    structure = structure_of(out)
     records.append(_tuple_new(QueuedOp, (facts, targs, tkw, key, [None] * len(outs), metas,
-                                         structure_of(out), where, None)))
+                                         structure, where, None)))
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
             producers[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), r))
+            if _keeps_storage_entry(t, metas[k], structure, targs, tkw, records, producers):
+                continue
             st = t.untyped_storage()
             producers[storage_key(st, metas[k])] = _tuple_new(Produced, (pos, k, weak_ref(st), r))
+
+
+def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, records: list,
+                         producers: dict) -> bool:
+    """Does a captured output leave its storage's entry as it is? The caller's own tensor (in
+    place, ``out=``) does: the deferral gives it none either. So does an identity view
+    (``identity_view``): the op's one output, a view of argument 0 (an output of the segment)
+    with its metadata, over a storage that has an entry already."""
+    for a in targs:
+        if a is t:
+            return True
+    if tkw:
+        for a in tkw.values():
+            if a is t:
+                return True
+    if structure != "t" or not targs or type(targs[0]) is not Ref:
+        return False
+    src = targs[0]
+    if records[src.pos].metas[src.k] != meta:
+        return False
+    st = t.untyped_storage()
+    for k in (storage_key(st, meta), id(st)):
+        p = producers.get(k)
+        if p is not None and p.obj() is st:
+            return True
+    return False
 
 
 def rebuild(structure, outs: list):
@@ -367,7 +425,7 @@ def _record_run():
         return record_run_py
     ext.configure_records({"queued": QueuedOp, "produced": Produced, "out_meta": OutMeta,
                            "ref": ref, "refs": _refs, "host_only": HOST_ONLY,
-                           "python": record_run_py})
+                           "python": record_run_py, "ref_type": Ref})
     return ext.record_run
 
 

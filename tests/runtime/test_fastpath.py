@@ -519,7 +519,7 @@ def test_the_records_c_reads_by_position_keep_their_field_order():
     """deferral.cpp reads FastOut, OutSpec and OutMeta, and replay.cpp and records.cpp read
     QueuedOp, by position: a reordered field would be read as another one."""
     assert record.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
-                                      "queueable", "ref")
+                                      "queueable", "ref", "same_as")
     assert record.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
     assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
     assert record.QueuedOp._fields[:5] == ("facts", "args", "kwargs", "key", "outs")

@@ -102,13 +102,32 @@ bool admit(PyObject* f, PyObject* nbytes) {
   return r != nullptr;
 }
 
+// The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
+// for an identity view (``same_as``: (distance back, output), record.identity_view) the
+// output it repeats. False with an exception set.
+bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, PyObject* pos_obj,
+                      PyObject* k_obj, PyObject* r, PyObject* same_as, Py_ssize_t pos) {
+  if (same_as == Py_None)
+    return set_producer(S.produced, producers, st, pos_obj, k_obj, sr, r);
+  Py_ssize_t back = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 0));
+  if (back == -1 && PyErr_Occurred()) return false;
+  PyObject* p = PyLong_FromSsize_t(pos - back);
+  PyObject* kk = p ? Py_NewRef(PyTuple_GET_ITEM(same_as, 1)) : nullptr;
+  PyObject* rr = kk ? PyObject_CallFunctionObjArgs(S.ref, p, kk, nullptr) : nullptr;
+  bool ok = rr != nullptr && set_producer(S.produced, producers, st, p, kk, sr, rr);
+  Py_XDECREF(p);
+  Py_XDECREF(kk);
+  Py_XDECREF(rr);
+  return ok;
+}
+
 // One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype): the
 // shell (new reference in ``*t``), its (tensor, storage) weak pair (``*pair``) and, for a dtype
 // a later queued op may take, its producer entries under id(tensor) and id(storage) with the
-// Ref ``r``. False with an exception set.
+// Ref ``r`` (the storage's: see storage_producer). False with an exception set.
 bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
                     bool dense, bool queueable, Py_ssize_t pos, long k, PyObject* r,
-                    PyObject* producers, PyObject** t, PyObject** pair) {
+                    PyObject* same_as, PyObject* producers, PyObject** t, PyObject** pair) {
   PyObject* st = nullptr;
   *t = *pair = nullptr;
   if (!new_shell(size, stride, offset, dtype, dense, t, &st)) return false;
@@ -121,7 +140,7 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
     PyObject* pos_obj = PyLong_FromSsize_t(pos);
     PyObject* k_obj = pos_obj ? PyLong_FromLong(k) : nullptr;
     ok = k_obj != nullptr && set_producer(S.produced, producers, *t, pos_obj, k_obj, tr, r) &&
-         set_producer(S.produced, producers, st, pos_obj, k_obj, sr, r);
+         storage_producer(producers, st, sr, pos_obj, k_obj, r, same_as, pos);
     Py_XDECREF(pos_obj);
     Py_XDECREF(k_obj);
   }
@@ -167,12 +186,12 @@ bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject*
 // Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
 PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
                     PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  // FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref)
+  // FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref, same_as)
   PyObject** o = &PyTuple_GET_ITEM(fast, 0);
   if (!admit(f, o[4])) return nullptr;
   PyObject *t, *pair;
   if (!pending_output(o[0], o[1], o[2], o[3], o[5] == Py_True, o[6] == Py_True, pos, 0, o[7],
-                      producers, &t, &pair))
+                      o[8], producers, &t, &pair))
     return nullptr;
   PyObject* outs = untracked(PyList_New(1));
   if (outs != nullptr) PyList_SET_ITEM(outs, 0, pair);
@@ -226,7 +245,8 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
       Py_DECREF(pair);
       ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3],
                                           PyTuple_GET_ITEM(spec, 4) == Py_True, queueable, pos,
-                                          static_cast<long>(k), r, producers, &t, &pair);
+                                          static_cast<long>(k), r, Py_None, producers, &t,
+                                          &pair);
       Py_XDECREF(r);
       if (!ok) break;
     }
@@ -251,7 +271,7 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
 // node's first deferral, which derives its plan).
 PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  if (PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 8)
+  if (PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 9)
     return defer_one(f, targs, tkw, nxt, fast, records, producers, pos);
   if (fast == Py_False) return defer_many(f, targs, tkw, nxt, records, producers, pos);
   return nullptr;

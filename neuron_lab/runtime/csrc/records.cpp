@@ -49,11 +49,12 @@ struct Records {
   PyObject* refs = nullptr;          // record._refs, the Refs it made: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
+  PyObject* ref_type = nullptr;      // record.Ref
 };
 Records R;
-PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none;
+PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none, *s_pos, *s_k;
 
-constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
+constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4, kMetas = 5;   // QueuedOp's fields
 
 // A tuple of ints, untracked (the cycle collector would untrack it at its first pass anyway)
 PyObject* int_tuple(c10::IntArrayRef v) {
@@ -117,6 +118,66 @@ bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject
   bool ok = key != nullptr && set_entry(R.produced, producers, key, st, pos, k, nullptr, r);
   Py_XDECREF(key);
   return ok;
+}
+
+// Is storage ``st``'s entry under ``key`` a live one? 1, 0, or -1 with an exception set
+int has_live_entry(PyObject* producers, PyObject* key, PyObject* st) {
+  if (key == nullptr) return -1;
+  PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
+  if (p == nullptr) return PyErr_Occurred() ? -1 : 0;
+  return PyTuple_Check(p) && PyTuple_GET_SIZE(p) == 4 && weak_is(PyTuple_GET_ITEM(p, 2), st);
+}
+
+// The metadata of output ``ref`` (a record.Ref: ``pos``, ``k``) of an earlier record: borrowed,
+// or nullptr with an exception set
+PyObject* meta_of_ref(PyObject* records, PyObject* ref) {
+  PyObject* pos = PyObject_GetAttr(ref, s_pos);
+  PyObject* k = pos ? PyObject_GetAttr(ref, s_k) : nullptr;
+  Py_ssize_t i = k ? PyLong_AsSsize_t(pos) : -1;
+  Py_ssize_t j = k ? PyLong_AsSsize_t(k) : -1;
+  Py_XDECREF(pos);
+  Py_XDECREF(k);
+  if (PyErr_Occurred()) return nullptr;
+  PyObject* rec = i >= 0 && i < PyList_GET_SIZE(records) ? PyList_GET_ITEM(records, i) : nullptr;
+  PyObject* metas = rec && PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > kMetas
+                        ? PyTuple_GET_ITEM(rec, kMetas) : nullptr;
+  if (metas == nullptr || !PyTuple_Check(metas) || j < 0 || j >= PyTuple_GET_SIZE(metas)) {
+    PyErr_SetString(PyExc_IndexError, "neuron_lab: record_run: a Ref past the records");
+    return nullptr;
+  }
+  return PyTuple_GET_ITEM(metas, j);
+}
+
+// record._keeps_storage_entry: does captured output ``out`` (its metadata ``meta``, its storage
+// ``st``) leave its storage's entry as it is? The caller's own tensor does (in place, out=), and
+// so does an identity view: the op's one output (``single``), a view of argument 0 (a Ref)
+// with its metadata, over a storage with a live entry. 1, 0, or -1 with an exception set.
+int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* targs,
+                        PyObject* tkw, PyObject* records, PyObject* producers, PyObject* st) {
+  const Py_ssize_t n = PyTuple_Check(targs) ? PyTuple_GET_SIZE(targs) : 0;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (PyTuple_GET_ITEM(targs, i) == out) return 1;
+  if (tkw != nullptr && PyDict_Check(tkw)) {
+    PyObject *name, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(tkw, &at, &name, &value))
+      if (value == out) return 1;
+  }
+  if (!single || n == 0 || reinterpret_cast<PyObject*>(Py_TYPE(PyTuple_GET_ITEM(targs, 0))) !=
+                               R.ref_type)
+    return 0;
+  PyObject* src = meta_of_ref(records, PyTuple_GET_ITEM(targs, 0));
+  if (src == nullptr) return -1;
+  int same = PyObject_RichCompareBool(src, meta, Py_EQ);
+  if (same <= 0) return same;
+  PyObject* key = storage_key(st, meta);
+  int live = has_live_entry(producers, key, st);
+  Py_XDECREF(key);
+  if (live != 0) return live;
+  PyObject* sid = PyLong_FromVoidPtr(st);
+  live = has_live_entry(producers, sid, st);
+  Py_XDECREF(sid);
+  return live;
 }
 
 // OutMeta(size, stride, offset, dtype) of tensor `t` (record.out_meta), untracked
@@ -196,6 +257,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     return PyObject_Vectorcall(R.python, argv, n, nullptr);
   }
   const auto m = static_cast<Py_ssize_t>(flat.size());
+  const bool single = THPVariable_CheckExact(argv[4]);   // structure "t": one tensor returned
   PyObject* metas = untracked(PyTuple_New(m));
   PyObject* outs = metas ? untracked(PyList_New(m)) : nullptr;
   for (Py_ssize_t k = 0; outs != nullptr && k < m; ++k) {
@@ -235,8 +297,11 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     PyObject* r = kk ? ref_of(pos, kk) : nullptr;
     PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
                                                           // untyped_storage(), as Python gets it
-    ok = st != nullptr && produce(producers, out, pos, kk, r) &&
-         produce_storage(producers, st, PyTuple_GET_ITEM(metas, k), pos, kk, r);
+    PyObject* meta = PyTuple_GET_ITEM(metas, k);
+    ok = st != nullptr && produce(producers, out, pos, kk, r);
+    int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers,
+                                        st) : -1;
+    ok = keep == 1 || (keep == 0 && produce_storage(producers, st, meta, pos, kk, r));
     Py_XDECREF(st);
     Py_XDECREF(r);
     Py_XDECREF(kk);
@@ -439,6 +504,7 @@ void configure_records(py::dict o) {
   if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
+  hold(R.ref_type, o["ref_type"]);
   for (PyTypeObject* t : {R.queued, R.produced, R.out_meta}) {
     if (!PyType_IsSubtype(t, &PyTuple_Type))
       throw py::type_error("neuron_lab: QueuedOp, Produced and OutMeta must be NamedTuples");
@@ -471,8 +537,10 @@ void init_records(py::module_& m) {
   s_list = intern("list");
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
+  s_pos = intern("pos");
+  s_k = intern("k");
   m.def("configure_records", &configure_records,
-        "configure_records({queued, produced, out_meta, ref, refs, host_only, python}) "
+        "configure_records({queued, produced, out_meta, ref, refs, host_only, python, ref_type}) "
         "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})
