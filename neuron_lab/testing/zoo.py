@@ -21,7 +21,7 @@ What "matches" means (``Verdict``):
   the foreground, and run fused without an A/B trial, so every region of a step is fused from
   step ``FUSED_FROM`` (3) on; the share of ops that ran fused over steps ``FUSED_FROM``..``STEPS``
   (``runtime.stats()``: ``ops_fused / (ops_fused + ops_per_op)``) must be at least
-  ``MIN_FUSED_SHARE`` (0.6); and no region may stay unfused after ``FUSED_COMPILE_AFTER`` hits
+  ``MIN_FUSED_SHARE`` (0.9); and no region may stay unfused after ``FUSED_COMPILE_AFTER`` hits
   (its compile or fused run failed, or it was never compiled) unless ``EXPECTED_UNFUSED`` lists
   the architecture with the reason (empty: every architecture fuses all of its regions).
 
@@ -40,7 +40,7 @@ STEPS = 8
 FUSED_FROM = 3                  # the first step whose regions all run fused (compile=True)
 FUSED_COMPILE_AFTER = 1         # hits before a region is compiled (compile=True): the step-1
                                 # region is hit at step 2, compiled after it, fused from step 3
-MIN_FUSED_SHARE = 0.6           # of the ops of steps FUSED_FROM..STEPS (compile=True)
+MIN_FUSED_SHARE = 0.9           # of the ops of steps FUSED_FROM..STEPS (compile=True)
 VOCAB = 96
 SEQ = 12
 BATCH = 2
