@@ -87,9 +87,11 @@ def test_the_comparison_catches_what_it_must():
 
 def test_the_fused_verdict_requires_the_share():
     low = copy.copy(zoo.cpu_trace("gpt2"))
-    low.ops_fused, low.ops_per_op = 59, 41
-    assert any("fused share 0.59" in p for p in zoo.fused_run_problems("gpt2", low))
-    low.ops_fused, low.ops_per_op = 60, 40
+    at = round(zoo.MIN_FUSED_SHARE * 100)
+    low.ops_fused, low.ops_per_op = at - 1, 101 - at
+    assert any(f"fused share {(at - 1) / 100:.2f}" in p
+               for p in zoo.fused_run_problems("gpt2", low))
+    low.ops_fused, low.ops_per_op = at, 100 - at
     assert not any("fused share" in p for p in zoo.fused_run_problems("gpt2", low))
 
 
