@@ -6,7 +6,7 @@ scoped, ``sync(reason)`` flushes queued work. Importing this package changes not
 device's seam; ``current()`` is the installed one, and the functions below act on it
 (``installation.py``). Stages, one module each: ``verdict`` (is a call queued, and if not,
 why), ``record`` (the queued op and its key), ``adaptive`` (queue, region formation, deferral),
-``segment`` (the queued ops' state, shared with the C++ core), ``period`` (the repeated-suffix
+``segment`` (the queued ops' state, shared with the C++ core), ``repeated_suffix`` (the
 rule that cuts long segments), ``cache`` (region trie, LRU), ``compiler`` (records -> FX graph),
 ``programs``
 (FX graph -> inductor program), ``worker`` (background compiles) and ``helper`` (the process

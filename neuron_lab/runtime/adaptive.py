@@ -12,8 +12,8 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   RNG other than dropout's mask and random factories, which are drawn at the call without a
   cut; host fallbacks; CPU tensor arguments other than 0-dim ones, which are copied to the
   device at the call), the queue limit (1024), and the **repeated-suffix rule**
-  (``period.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops without a sync
-  is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
+  (``repeated_suffix.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops
+  without a sync is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
   so a loop body has the same keys in every iteration; a training loop without syncs and a
   re-run notebook cell both become stable regions without mark_step().
 - **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
@@ -43,11 +43,11 @@ import torch
 
 from ..device import events, kernels, memory, seam, shell, tracking
 from ..device.dtypes import HOST_ONLY
-from . import dropout, early, errors, knobs, native, pending, policy, replay, verdict, worker
+from . import (dropout, early, errors, knobs, native, pending, policy, repeated_suffix, replay,
+               verdict, worker)
 from .cache import Node, RegionCache
 from .interrupts import deferred_interrupts
 from .launch_queue import Job, LaunchQueue
-from .period import PeriodRule
 from .record import (CALLER, PENDING, NotQueueable, Produced, QueuedOp, describe, fast_out,
                      identity_view, out_plan, rebuild, record_run, ref, rekey, weak_ref)
 from .segment import Segment
@@ -123,7 +123,7 @@ class Engine:
         seg.records = []
         seg.producers = {}
         seg.node = None
-        self.period = PeriodRule()
+        repeated_suffix.start(seg, knobs.MIN_PERIOD_OPS.get(), knobs.MAX_PERIOD.get())
         seg.queued_bytes = 0
         seg.headroom = 0.0
         seg.pressure = False
@@ -234,24 +234,25 @@ class Engine:
         worker._add("ops_per_op", 1, self.stats)
         record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
                    self.records, self.producers)                           # name the line
-        cut = pos >= self.period_after and self._period(pos, key)
-        if not cut and pos + 1 >= self.queue_limit:
+        if pos >= self.period_after:
+            start = repeated_suffix.observe(self.seg, pos, key, self.records)
+            if start >= 0:
+                self._cut_repeats(start)
+                return out
+        if pos + 1 >= self.queue_limit:
             self.flush("queue-limit")
         return out
 
-    def _period(self, n: int, key) -> bool:
-        """The repeated-suffix rule (``period.py``): cut its ops into a region. True if cut."""
-        start = self.period.observe(n, key, self.records)
-        if start is None:
-            return False
+    def _cut_repeats(self, start: int) -> None:
+        """The repeated-suffix rule (``repeated_suffix.py``) cut the segment at ``start``: its
+        ops from there on become a region, and the segment ends."""
         recs = self.records
         keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
                 for j, r in enumerate(recs[start:])]
         with deferred_interrupts():     # the region is cached and the segment ends, or neither
             self.cache.insert(recs[start:], keys)
-            self._debug("period", self.period.cand)
+            self._debug("period", len(recs) - start)
             self._end_segment("period")
-        return True
 
     # --- replay (deferred) ----------------------------------------------------------------
     def _defer(self, f, args, kwargs, targs, tkw, key, nxt: Node):

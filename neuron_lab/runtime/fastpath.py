@@ -8,8 +8,8 @@ map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than
 path (docs/performance.md, "Host work per op"). It also captures an op met in the middle of a
 segment that no known region continues (``Engine._capture``: run it now, record it) with the
 same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
-``tracking.user_frame_token``'s rule, in C; ``record.record_run``; ``Engine._period``), and
-defers ops whose outputs are all new (several, a list, none: ``Engine._defer``'s loop). Every
+``tracking.user_frame_token``'s rule, in C; ``record.record_run``;
+``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list, none: ``Engine._defer``'s loop). Every
 other case (a segment's first op, a divergence, a region's end, an op returning the caller's
 tensor, an op that is not always queueable) calls the Python engine, under its lock as
 before; in eager mode an op goes to the device's ``kernels.execute``.
@@ -54,7 +54,7 @@ def seam_runtime(engine: adaptive.Engine):
     ext.configure({
         "segment": engine.seg, "lock": engine.lock, "launch": engine.launch,
         "adaptive": engine._adaptive, "admit": engine._admit_pending, "flush": engine.flush,
-        "period": engine._period, "start_segment": engine._start_segment,
+        "cut_repeats": engine._cut_repeats, "start_segment": engine._start_segment,
         "op_bits": verdict.OP_BITS, "op_bits_of": verdict.op_bits,
         "plain_bit": verdict.PLAIN_BIT, "floats_bit": verdict.FLOATS_BIT,
         "direct_bit": verdict.DIRECT_BIT,

@@ -13,7 +13,7 @@ the launch, with every value in place. It costs a getsignal and two signal calls
 nothing per deferred op. Other threads never receive signals in Python, so it does nothing
 there. A handler that is not a Python callable (SIG_IGN, SIG_DFL) is left alone. It also makes
 multi-step bookkeeping atomic with respect to Ctrl-C: a segment's end and its caching
-(``Engine._end_segment``, ``Engine._period``), queueing a launch (``LaunchQueue.submit``).
+(``Engine._end_segment``, ``Engine._cut_repeats``), queueing a launch (``LaunchQueue.submit``).
 
 Deferring an op (the per-op hot path) is not wrapped: an interrupt there can leave the trie
 position one op behind the queue; the engine checks that invariant when the next op arrives and

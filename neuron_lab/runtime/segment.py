@@ -15,7 +15,8 @@ from . import native
 class _Fields:
     """The segment state in Python (the reference); the C type has the same fields."""
     __slots__ = ("records", "producers", "node", "root", "stats", "queued_bytes", "headroom",
-                 "pressure", "period_after", "queue_limit")
+                 "pressure", "period_after", "queue_limit", "suffix_last", "suffix_period",
+                 "suffix_match", "suffix_min", "suffix_max")
 
     def __init__(self) -> None:
         self.records: list = []          # [record.QueuedOp], in issue order
@@ -28,6 +29,12 @@ class _Fields:
         self.pressure = False            # past 90% of the capacity: flush after this op
         self.period_after = 0            # the repeated-suffix rule looks from here on
         self.queue_limit = 0             # ops queued before a forced flush
+        # the repeated-suffix rule (repeated_suffix.py)
+        self.suffix_last: dict = {}      # key -> its last position in the segment
+        self.suffix_period = 0           # candidate period (0: none)
+        self.suffix_match = 0            # ops that have repeated with it so far
+        self.suffix_min = 0              # NEURON_LAB_MIN_PERIOD_OPS, read at the segment's start
+        self.suffix_max = 0              # NEURON_LAB_MAX_PERIOD, likewise
 
 
 Segment = native.twin("Segment", _Fields)

@@ -46,6 +46,7 @@
 #include "segment.h"
 #include "trie_node.h"
 #include "records.h"   // set_producer
+#include "repeated_suffix.h"
 #include "weak_outputs.h"
 
 
@@ -392,8 +393,9 @@ PyObject* run_handed(PyObject* args, bool direct) {
 
 // Engine._capture for an op met in the middle of a segment that no known region continues: run
 // it now (kernels.run_now, as eager mode would), record it (record.record_run, with the user's
-// line), then the segment's rules: the repeated-suffix cut (Engine._period, Python: it runs
-// from the 256th op of a segment on) and the queue limit. The op's result, or nullptr.
+// line), then the segment's rules: the repeated-suffix rule (repeated_suffix.cpp, from the
+// segment's ``period_after``-th op on; a cut calls Engine._cut_repeats) and the queue limit.
+// The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
                   PyObject* records, PyObject* producers, Py_ssize_t pos, bool direct) {
   PyObject* out = run_handed(args, direct);
@@ -416,15 +418,18 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
     ok = false;
   }
   if (ok && pos >= seg->period_after) {   // the repeated-suffix rule; a cut ends the segment here
-    PyObject* p = PyLong_FromSsize_t(pos);
-    PyObject* cut = p ? PyObject_CallFunctionObjArgs(S.period, p, PyTuple_GET_ITEM(described, 0),
-                                                     nullptr)
-                      : nullptr;
-    Py_XDECREF(p);
-    int is_cut = cut ? PyObject_IsTrue(cut) : -1;
-    Py_XDECREF(cut);
-    if (is_cut != 0) {
-      if (is_cut < 0) Py_CLEAR(out);
+    Py_ssize_t start =
+        repeated_suffix::observe(seg, pos, PyTuple_GET_ITEM(described, 0), records);
+    if (start == -2) {
+      Py_CLEAR(out);
+      return out;
+    }
+    if (start >= 0) {
+      PyObject* at = PyLong_FromSsize_t(start);
+      PyObject* r = at ? PyObject_CallOneArg(S.cut_repeats, at) : nullptr;
+      Py_XDECREF(at);
+      if (r == nullptr) Py_CLEAR(out);
+      Py_XDECREF(r);
       return out;
     }
   }
@@ -672,7 +677,7 @@ void configure(py::dict o) {
   hold(S.py_adaptive, o["adaptive"]);
   hold(S.admit, o["admit"]);
   hold(S.flush, o["flush"]);
-  hold(S.period, o["period"]);
+  hold(S.cut_repeats, o["cut_repeats"]);
   hold(S.start_segment, o["start_segment"]);
   hold(S.run_now, o["run_now"]);
   hold(S.run_handed, o["run_handed"]);

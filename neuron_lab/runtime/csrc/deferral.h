@@ -50,7 +50,7 @@ struct State {
   PyObject* py_adaptive = nullptr;   // Engine._adaptive, bound
   PyObject* admit = nullptr;         // Engine._admit_pending, bound
   PyObject* flush = nullptr;         // Engine.flush, bound
-  PyObject* period = nullptr;        // Engine._period, bound
+  PyObject* cut_repeats = nullptr;   // Engine._cut_repeats, bound
   PyObject* start_segment = nullptr; // Engine._start_segment, bound
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
   PyObject* run_handed = nullptr;    // kernels._run_handed (the direct kernel's), or None

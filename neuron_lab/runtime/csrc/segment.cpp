@@ -13,7 +13,7 @@ namespace neuron_lab {
 namespace segment {
 namespace {
 
-#define SEGMENT_OBJECTS(X) X(records) X(producers) X(node) X(root) X(stats)
+#define SEGMENT_OBJECTS(X) X(records) X(producers) X(node) X(root) X(stats) X(suffix_last)
 
 int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {nullptr};
@@ -22,8 +22,10 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   auto* s = reinterpret_cast<SegmentObject*>(self);
   PyObject* records = PyList_New(0);
   PyObject* producers = records ? PyDict_New() : nullptr;
-  if (producers == nullptr) {
+  PyObject* last = producers ? PyDict_New() : nullptr;
+  if (last == nullptr) {
     Py_XDECREF(records);
+    Py_XDECREF(producers);
     return -1;
   }
   Py_XSETREF(s->records, records);
@@ -31,11 +33,13 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   Py_XSETREF(s->node, Py_NewRef(Py_None));
   Py_XSETREF(s->root, Py_NewRef(Py_None));
   Py_XSETREF(s->stats, Py_NewRef(Py_None));
+  Py_XSETREF(s->suffix_last, last);
   s->queued_bytes = 0;
   s->headroom = 0.0;
   s->pressure = 0;
   s->period_after = 0;
   s->queue_limit = 0;
+  s->suffix_period = s->suffix_match = s->suffix_min = s->suffix_max = 0;
   return 0;
 }
 
@@ -51,6 +55,10 @@ PyMemberDef segment_members[] = {
     {"pressure", T_BOOL, offsetof(SegmentObject, pressure), 0, nullptr},
     {"period_after", T_PYSSIZET, offsetof(SegmentObject, period_after), 0, nullptr},
     {"queue_limit", T_PYSSIZET, offsetof(SegmentObject, queue_limit), 0, nullptr},
+    {"suffix_period", T_PYSSIZET, offsetof(SegmentObject, suffix_period), 0, nullptr},
+    {"suffix_match", T_PYSSIZET, offsetof(SegmentObject, suffix_match), 0, nullptr},
+    {"suffix_min", T_PYSSIZET, offsetof(SegmentObject, suffix_min), 0, nullptr},
+    {"suffix_max", T_PYSSIZET, offsetof(SegmentObject, suffix_max), 0, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 #undef MEMBER
 

@@ -13,7 +13,7 @@ namespace neuron_lab::segment {
 struct SegmentObject {
   PyObject_HEAD
   PyObject* records;         // [record.QueuedOp]: the segment's ops, in issue order
-  PyObject* producers;       // {id(tensor or storage): record.Produced}: which op made what
+  PyObject* producers;       // {id(tensor), id(storage) or storage_key: record.Produced}
   PyObject* node;            // the trie node of the last deferred op (cache.Node), or None
   PyObject* root;            // the region trie's root (the engine's cache.root)
   PyObject* stats;           // the engine's counters (a dict: launches_per_op, ops_per_op)
@@ -22,6 +22,12 @@ struct SegmentObject {
   char pressure;             // past 90% of the capacity: flush after this op
   Py_ssize_t period_after;   // the repeated-suffix rule looks from this many ops on
   Py_ssize_t queue_limit;    // ops queued before a forced flush
+  // the repeated-suffix rule (repeated_suffix.py, repeated_suffix.cpp)
+  PyObject* suffix_last;     // {key: its last position in the segment}
+  Py_ssize_t suffix_period;  // candidate period (0: none)
+  Py_ssize_t suffix_match;   // ops that have repeated with it so far
+  Py_ssize_t suffix_min;     // NEURON_LAB_MIN_PERIOD_OPS, read at the segment's start
+  Py_ssize_t suffix_max;     // NEURON_LAB_MAX_PERIOD, likewise
 };
 
 extern PyTypeObject SegmentType;
