@@ -13,9 +13,9 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   cut; host fallbacks; CPU tensor arguments other than 0-dim ones, which are copied to the
   device at the call), the queue limit (1024), and the **repeated-suffix rule**
   (``repeated_suffix.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops
-  without a sync is cut where its ops repeat, whole periods of at least 32 ops). Keys are position-relative,
-  so a loop body has the same keys in every iteration; a training loop without syncs and a
-  re-run notebook cell both become stable regions without mark_step().
+  without a sync is cut where its ops repeat, whole periods of at least 32 ops). Keys are
+  position-relative, so a loop body has the same keys in every iteration; a training loop
+  without syncs and a re-run notebook cell both become stable regions without mark_step().
 - **replay** (the op's key continues a known trie path): nothing runs; the op gets pending
   tensors with metadata predicted from the trie (no meta-kernel on the hot path). ``launch``
   handles the common case inline: build the key, one trie lookup, ``_defer_one`` (see
@@ -34,7 +34,6 @@ reads depend on nothing queued (``early``).
 """
 from __future__ import annotations
 
-import operator
 import sys
 import threading
 import time
@@ -65,13 +64,6 @@ _OP_BITS = verdict.OP_BITS     # {OpFacts: bits} (verdict.py)
 _PLAIN_BIT = verdict.PLAIN_BIT  # every call of the op is queued
 
 
-def _on_segment(name: str, doc: str) -> property:
-    """The engine's attribute ``name`` of its segment state (``Engine.seg``)."""
-    get = operator.attrgetter(name)
-    return property(lambda self: get(self.seg), lambda self, v: setattr(self.seg, name, v),
-                    doc=doc)
-
-
 class Engine:
     """One queue for the device, shared by every thread that issues ops (and by PyTorch's
     autograd device thread where it runs a pass, so forward and backward stay one region).
@@ -83,20 +75,13 @@ class Engine:
     at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
     the host work of launching, not the threads' other Python. A launch queued on the device's
     thread (``queue``) runs without the lock: it touches only its own records, their region and
-    the pending shells it fills."""
+    the pending shells it fills.
+
+    The segment's state (the queued records, the producers map, the trie position, the
+    pending-bytes bound...) is ``seg`` (segment.py), one object for the engine's life that the
+    C++ core reads and writes in its struct; the engine's Python reads it there too."""
 
     describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance
-
-    # The segment's state lives in ``seg`` (segment.py: a C struct the hot path shares); these
-    # read and set it under the names the engine's Python uses.
-    records = _on_segment("records", "[QueuedOp]: the segment's ops, in issue order")
-    producers = _on_segment("producers", "{id(tensor), id(storage) or storage_key: Produced}")
-    node = _on_segment("node", "the trie node of the last deferred op (None: capturing)")
-    queued_bytes = _on_segment("queued_bytes", "bytes of every pending output handed out")
-    headroom = _on_segment("headroom", "queued_bytes past which _admit_pending counts exactly")
-    _pressure = _on_segment("pressure", "past 90% of the capacity: flush after this op")
-    period_after = _on_segment("period_after", "the repeated-suffix rule looks from here on")
-    queue_limit = _on_segment("queue_limit", "ops queued before a forced flush")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -108,14 +93,15 @@ class Engine:
     def forget(self) -> None:
         """Start learning again: no region, program or counter. With nothing queued
         (``Runtime.reset`` flushes first, under the lock)."""
+        seg = self.seg
         self.cache = RegionCache()
         self.last_error: str | None = None      # the last deferred op that failed, explained
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
                            "verify_mismatches": 0, "early_values": 0})
-        self.seg.root = self.cache.root
-        self.seg.stats = self.stats
+        seg.root = self.cache.root
+        seg.stats = self.stats
         self._reset()
 
     def _reset(self) -> None:
@@ -132,18 +118,19 @@ class Engine:
 
     # --- entry point ---------------------------------------------------------------------
     def launch(self, f, args, kwargs):
+        seg = self.seg
         if knobs.MODE.get() != "adaptive":
-            if self.records or self.queue.busy():
+            if seg.records or self.queue.busy():
                 self.flush("mode")
                 seam.run_directly(True)     # nothing queued: the device may run ops itself
             return _execute(f, args, kwargs)
         with self.lock:
-            node = self.node
+            node = seg.node
             if (node is not None and _OP_BITS.get(f, 0) & _PLAIN_BIT
-                    and node.depth == len(self.records)):
+                    and node.depth == len(seg.records)):
                 # the hot path: deferring along a known region, one op at a time
                 try:
-                    described = describe(f, args, kwargs, node.depth, self.producers)
+                    described = describe(f, args, kwargs, node.depth, seg.producers)
                 except NotQueueable:
                     return self._adaptive(f, args, kwargs)
                 nxt = node.children.get(described[0])
@@ -155,35 +142,36 @@ class Engine:
     def _adaptive(self, f, args, kwargs, described=None):
         """Every case of ``launch``: boundaries, capture, deferral, launching a completed
         region. ``described``: (key, templates) of this call if ``launch`` built them."""
-        node = self.node
-        if node is not None and node.depth != len(self.records):
+        seg = self.seg
+        node = seg.node
+        if node is not None and node.depth != len(seg.records):
             self._diverge()     # an interrupt hit _defer between queueing and moving on
             described = None
-        if not self.records:    # a segment starts here
+        if not seg.records:    # a segment starts here
             self._start_segment()
         v = verdict.call(f, args, kwargs)
         if v is not QUEUED:
             return self._not_queued(v, f, args, kwargs)
-        pos = len(self.records)
+        pos = len(seg.records)
         if described is None:
             try:
-                described = self.describe(f, args, kwargs, pos, self.producers)
+                described = self.describe(f, args, kwargs, pos, seg.producers)
             except NotQueueable:
                 return self._not_queued(verdict.host_args(f, args, kwargs), f, args, kwargs)
         key, targs, tkw = described
-        if self.node is not None:                       # deferring along a trie path
-            nxt = self.node.children.get(key)
+        if seg.node is not None:                       # deferring along a trie path
+            nxt = seg.node.children.get(key)
             if nxt is not None:
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
-            if self.node.region is not None:            # a region ended: launch, start anew
-                self._launch(self.node.region, wait=False)
+            if seg.node.region is not None:            # a region ended: launch, start anew
+                self._launch(seg.node.region, wait=False)
                 return self._adaptive(f, args, kwargs)
             self._diverge()
-            key, targs, tkw = self.describe(f, args, kwargs, len(self.records), self.producers)
-        elif not self.records:                          # segment start: known region?
+            key, targs, tkw = self.describe(f, args, kwargs, len(seg.records), seg.producers)
+        elif not seg.records:                          # segment start: known region?
             nxt = self.cache.root.children.get(key)
             if nxt is not None:
-                self.node = self.cache.root
+                seg.node = self.cache.root
                 return self._defer(f, args, kwargs, targs, tkw, key, nxt)
         return self._capture(f, args, kwargs, targs, tkw, key)
 
@@ -204,7 +192,7 @@ class Engine:
     def _start_segment(self) -> None:
         """A segment starts: what is left before 90% of the capacity (``_admit_pending``'s
         bound). deferral.cpp calls it where it starts a segment with a known region's op."""
-        self.headroom = 0.9 * memory.capacity() - memory.counted()
+        self.seg.headroom = 0.9 * memory.capacity() - memory.counted()
 
     def _run_now(self, f, args, kwargs):
         """Run ``f`` at once: after a flush that waited for the device (a boundary), or an op
@@ -226,27 +214,28 @@ class Engine:
 
     # --- capture -------------------------------------------------------------------------
     def _capture(self, f, args, kwargs, targs, tkw, key):
-        pos = len(self.records)
+        seg = self.seg
+        pos = len(seg.records)
         if not pos:      # a capture segment runs its ops now: after the queued launches
             self.queue.drain()
         out = _execute(f, args, kwargs)
         worker._add("launches_per_op", 1, self.stats)
         worker._add("ops_per_op", 1, self.stats)
         record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
-                   self.records, self.producers)                           # name the line
-        if pos >= self.period_after:
-            start = repeated_suffix.observe(self.seg, pos, key, self.records)
+                   seg.records, seg.producers)                           # name the line
+        if pos >= seg.period_after:
+            start = repeated_suffix.observe(self.seg, pos, key, seg.records)
             if start >= 0:
                 self._cut_repeats(start)
                 return out
-        if pos + 1 >= self.queue_limit:
+        if pos + 1 >= seg.queue_limit:
             self.flush("queue-limit")
         return out
 
     def _cut_repeats(self, start: int) -> None:
         """The repeated-suffix rule (``repeated_suffix.py``) cut the segment at ``start``: its
         ops from there on become a region, and the segment ends."""
-        recs = self.records
+        recs = self.seg.records
         keys = [rekey(r.key, start + j, start, lambda i: recs[i].metas)
                 for j, r in enumerate(recs[start:])]
         with deferred_interrupts():     # the region is cached and the segment ends, or neither
@@ -260,11 +249,12 @@ class Engine:
         output one tensor creation, two weak references and two producer entries; memory is one
         addition and one comparison (``_admit_pending``). Ops with one new tensor output (most)
         take ``_defer_one``, their plan precomputed on the trie node."""
-        pos = len(self.records)
+        seg = self.seg
+        pos = len(seg.records)
         fast = nxt.fast
         if fast is None:
             nxt.plan = out_plan(f, nxt.metas)
-            same = identity_view(f, key, nxt.metas[0], pos, self.records, self.producers) \
+            same = identity_view(f, key, nxt.metas[0], pos, seg.records, seg.producers) \
                 if nxt.structure == "t" else None
             fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos, same) or False
         if fast:
@@ -272,11 +262,11 @@ class Engine:
         plan = nxt.plan
         new = nxt.new_bytes
         if new:
-            self.queued_bytes += new
-            if self.queued_bytes > self.headroom:
+            seg.queued_bytes += new
+            if seg.queued_bytes > seg.headroom:
                 self._admit_pending(f, new)
         outs, pairs = [], []
-        prod = self.producers
+        prod = seg.producers
         for k, spec in enumerate(plan):
             kind = spec.kind
             if kind == PENDING:                            # a value this region will compute
@@ -308,23 +298,24 @@ class Engine:
                 prod[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), ref(pos, k)))
         rec = _tuple_new(QueuedOp, (f, targs, tkw, key, pairs, nxt.metas, nxt.structure,
                                     nxt.where, plan))
-        self.records.append(rec)
-        self.node = nxt
+        seg.records.append(rec)
+        seg.node = nxt
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
         # A completed region launches at the next op or sync point, not now: the caller's frame
         # still holds this op's inputs, which would make them program outputs (an extra write
         # of each and a higher peak memory).
-        if self._pressure:
-            self._pressure = False
+        if seg.pressure:
+            seg.pressure = False
             self.flush("memory")
         return rebuild(nxt.structure, outs)
 
     def _defer_one(self, f, described, nxt: Node, fast) -> Tensor:
         """``_defer`` for the common op (``record.FastOut``: one new contiguous tensor)."""
-        pos = len(self.records)
+        seg = self.seg
+        pos = len(seg.records)
         if fast.nbytes:
-            self.queued_bytes += fast.nbytes
-            if self.queued_bytes > self.headroom:
+            seg.queued_bytes += fast.nbytes
+            if seg.queued_bytes > seg.headroom:
                 self._admit_pending(f, fast.nbytes)
         if fast.dense:
             t = _create(fast.size, fast.dtype)    # shell.pending_dense, inline
@@ -336,7 +327,7 @@ class Engine:
             st = t.untyped_storage()
         tr, sr = weak_ref(t), weak_ref(st)
         if fast.queueable:
-            prod = self.producers
+            prod = seg.producers
             prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
             same = fast.same_as
             if same is None:
@@ -346,11 +337,11 @@ class Engine:
                 prod[id(st)] = _tuple_new(Produced, (p, k, sr, ref(p, k)))
         rec = _tuple_new(QueuedOp, (f, described[1], described[2], nxt.key, [(tr, sr)],
                                     nxt.metas, "t", nxt.where, nxt.plan))
-        self.records.append(rec)
-        self.node = nxt
+        seg.records.append(rec)
+        seg.node = nxt
         _executed[f.name] += 1
-        if self._pressure:
-            self._pressure = False
+        if seg.pressure:
+            seg.pressure = False
             self.flush("memory")
         return t
 
@@ -358,18 +349,20 @@ class Engine:
         """The bound on this segment's pending bytes crossed 90% of the capacity: count the
         live ones exactly. Past the capacity, OutOfMemoryError before anything is handed out;
         past 90%, flush right after handing this op's outputs out."""
+        seg = self.seg
         memory.check(new, f.name)
         live = self.pending_bytes()
-        self.queued_bytes = live + new          # the bound starts again from the exact value
-        self.headroom = 0.9 * memory.capacity() - memory.counted()
-        if live + new > self.headroom:
-            self._pressure = True
+        seg.queued_bytes = live + new          # the bound starts again from the exact value
+        seg.headroom = 0.9 * memory.capacity() - memory.counted()
+        if live + new > seg.headroom:
+            seg.pressure = True
 
     def pending_bytes(self) -> int:
         """Bytes of this segment's pending outputs still alive and still without a value (the
         device's ``seam.pending_bytes``: they count in ``memory_allocated()``). May be called
         from another thread (the telemetry sampler): reads a snapshot of the queue."""
-        n = pending.unfilled_bytes(list(self.records)) if self.queued_bytes else 0
+        seg = self.seg
+        n = pending.unfilled_bytes(list(seg.records)) if seg.queued_bytes else 0
         if self.queue.busy():    # launches queued on the device's thread, not yet filled
             n += pending.unfilled_bytes(self.queue.records())
         return n
@@ -383,7 +376,7 @@ class Engine:
         samples are timed where nothing competes. Nor while a compile runs: the helper process
         uses the other core then, and fused launches queued beside it slow the user's loop
         (the bench's W7 measures that loop)."""
-        recs = self.records
+        recs = self.seg.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)
             self._end_segment(None)
@@ -415,7 +408,8 @@ class Engine:
 
     def _diverge(self) -> None:
         """The deferred ops left every known path: run them per-op, continue capturing."""
-        recs, node = self.records, self.node
+        seg = self.seg
+        recs, node = seg.records, seg.node
         self.queue.wait()                    # its per-op replay runs here, after the queue
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             if node.depth >= knobs.MIN_SPLIT.get() and node.depth == len(recs):
@@ -432,7 +426,7 @@ class Engine:
             self.stats["ops_deferred"] += len(recs)
             for r in recs:
                 r.outs[:] = [None] * len(r.outs)
-            self.node = None
+            seg.node = None
 
     # --- boundaries -----------------------------------------------------------------------
     def flush(self, reason: str = "synchronize", wait: bool = True) -> None:
@@ -440,9 +434,10 @@ class Engine:
         the host touches device data next, so every queued launch runs first (and a launch
         that failed on the device's thread raises here); without it (a step boundary) the
         segment may be queued."""
-        if self.records:
+        seg = self.seg
+        if seg.records:
             with self.lock:
-                if self.records:         # another thread may have flushed it meanwhile
+                if seg.records:         # another thread may have flushed it meanwhile
                     self._flush(reason, wait)
         if wait:
             self.queue.drain()
@@ -454,16 +449,17 @@ class Engine:
         device's thread and the host issues the next phase's ops meanwhile."""
         if reason == "backward" and not knobs.BACKWARD_BOUNDARY.get():
             return
-        if self.records:
+        if self.seg.records:
             self.flush(reason, wait=False)
 
     def _flush(self, reason: str, wait: bool = True) -> None:
-        depth = len(self.records)
+        seg = self.seg
+        depth = len(seg.records)
         fl = self.stats["flushes"]
         fl[reason] = fl.get(reason, 0) + 1
-        if self.node is not None:
-            if self.node.region is not None:
-                self._launch(self.node.region, wait)
+        if seg.node is not None:
+            if seg.node.region is not None:
+                self._launch(seg.node.region, wait)
             else:
                 self._diverge()
                 self._end_segment(reason, cache=True)
@@ -477,7 +473,7 @@ class Engine:
         """Cache the segment (``cache``) and start a new one, with SIGINT deferred: a
         KeyboardInterrupt half-way would leave producer entries pointing into a new queue."""
         with deferred_interrupts():
-            recs = self.records
+            recs = self.seg.records
             self.stats["max_depth"] = max(self.stats["max_depth"], len(recs))
             if cache and recs:
                 self.cache.insert(recs)

@@ -1,6 +1,6 @@
 """The adaptive engine's segment state: the ops queued since the last boundary and where they
-stand on the region trie (``Engine.seg``; the engine's attributes of the same names are
-properties over it).
+stand on the region trie (``Engine.seg``, its one owner: the engine's Python and the C++ core
+both read and write it here).
 
 Where the runtime's extension is built this is its C type (``csrc/segment.cpp``), whose struct
 the C++ hot path reads and writes directly: the state has one owner, and renaming a field is

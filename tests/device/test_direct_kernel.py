@@ -395,7 +395,7 @@ def test_python_scalars_reach_the_python_kernel_as_the_same_python_numbers():
     with neuron_lab.mode("adaptive"):
         runtime.reset()
         outs = [x * 1.5, x + 2, x.mul(True)]
-        args = [rec.args[1] for rec in runtime.current().engine.records]   # queued, not run
+        args = [rec.args[1] for rec in runtime.current().engine.seg.records]   # queued, not run
         outs.append(torch.view_as_real(c.to("neuron") * 2j))    # complex: runs at once
         neuron_lab.sync()
     assert [(type(a), a) for a in args] == [(float, 1.5), (int, 2), (bool, True)]
@@ -450,7 +450,7 @@ def test_capture_runs_the_handed_call_on_the_dispatchers_arguments(monkeypatch):
         s = y * 1.5
         ln = torch.ops.aten.native_layer_norm(y, [8], None, None, 1e-5)
         runs = ext.direct_counts()
-        captured = [r.facts.name for r in runtime.current().engine.records[1:]]
+        captured = [r.facts.name for r in runtime.current().engine.seg.records[1:]]
         neuron_lab.sync()
     assert captured == ["aten::mm", "aten::view", "aten::add_.Tensor", "aten::mul.Tensor",
                         "aten::native_layer_norm"]

@@ -468,17 +468,17 @@ def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
     out = step()                             # deferred along the known path, not launched yet
     eng = rt.current().engine
     fast = fastpath.counts()[0] - before[0]
-    assert fast >= 3 and len(eng.records) >= fast
-    node = eng.node
-    for rec in reversed(eng.records[-fast:]):
+    assert fast >= 3 and len(eng.seg.records) >= fast
+    node = eng.seg.node
+    for rec in reversed(eng.seg.records[-fast:]):
         assert not gc.is_tracked(rec), rec.facts
         assert not gc.is_tracked(rec.outs) and not gc.is_tracked(rec.outs[0])
         assert not any(gc.is_tracked(r) for r in rec.outs[0])
         assert not gc.is_tracked(rec.args)
         assert rec.key is node.key and not gc.is_tracked(rec.key)   # the trie's own key
         node = None if node is None else _parent(eng, node)
-    first_c = len(eng.records) - fast        # the ops deferred in C: the last `fast` records
-    entries = [p for p in eng.producers.values() if p.pos >= first_c]
+    first_c = len(eng.seg.records) - fast        # the ops deferred in C: the last `fast` records
+    entries = [p for p in eng.seg.producers.values() if p.pos >= first_c]
     assert entries and not any(gc.is_tracked(p) or gc.is_tracked(p.obj) for p in entries)
     assert torch.equal(out.cpu(), step().cpu())
 

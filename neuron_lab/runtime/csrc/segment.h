@@ -1,7 +1,6 @@
 // The adaptive engine's segment state (``adaptive.Engine.seg``): the ops queued since the last
 // boundary and where they stand on the region trie. A C type the runtime's C++ reads and
-// writes field by field (segment.cpp), and Python through its members; the engine's own
-// attributes of the same names (``records``, ``node``, ...) are properties over it.
+// writes field by field (segment.cpp), and the engine's Python through its members.
 #pragma once
 
 #include <Python.h>
