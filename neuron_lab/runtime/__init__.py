@@ -5,16 +5,15 @@ scoped, ``sync(reason)`` flushes queued work. Importing this package changes not
 ``install()`` (``import neuron_lab`` calls it) creates the ``Runtime`` and plugs it into the
 device's seam; ``current()`` is the installed one, and the functions below act on it
 (``installation.py``). Stages, one module each: ``verdict`` (is a call queued, and if not,
-why), ``record`` (the queued op and its key), ``adaptive`` (queue, region formation, deferral),
-``segment`` (the queued ops' state, shared with the C++ core), ``repeated_suffix`` (the
-rule that cuts long segments), ``cache`` (region trie, LRU), ``compiler`` (records -> FX graph),
-``programs``
-(FX graph -> inductor program), ``worker`` (background compiles) and ``helper`` (the process
-they run in), ``policy`` (what to compile, fused or per-op), ``status`` (a region's states and
-transitions), ``replay`` (per-op launch), ``fused`` (fused launch), ``pending`` (giving pending
-outputs their values), ``errors`` (a deferred op's error named by its user's line), ``snapshot``
-(the read-only views the layers above read). The eager path is the device's own
-``kernels.execute``.
+why), ``record`` (the queued op and its key), ``adaptive`` (queue, region formation, launches),
+``deferral`` (pending outputs along a known region), ``segment`` (the queued ops' state, shared
+with the C++ core), ``repeated_suffix`` (the rule that cuts long segments), ``cache`` (region
+trie, LRU), ``compiler`` (records -> FX graph), ``programs`` (FX graph -> inductor program),
+``worker`` (background compiles) and ``helper`` (the process they run in), ``policy`` (what to
+compile, fused or per-op), ``status`` (a region's states and transitions), ``replay`` (per-op
+launch), ``fused`` (fused launch), ``pending`` (giving pending outputs their values), ``errors``
+(a deferred op's error named by its user's line), ``snapshot`` (the read-only views the layers
+above read). The eager path is the device's own ``kernels.execute``.
 """
 from __future__ import annotations
 

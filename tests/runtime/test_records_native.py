@@ -207,8 +207,8 @@ def test_the_engine_keeps_the_c_twins_after_a_reset():
     assert compiler.scalar_values is ext.scalar_values
     assert compiler.packed_scalars is ext.packed_scalars
     assert fused.host_inputs is ext.host_inputs
-    from neuron_lab.runtime import adaptive
-    assert (adaptive._pending, adaptive._pending_dense) == (ext.pending, ext.pending_dense)
+    from neuron_lab.runtime import deferral
+    assert (deferral._pending, deferral._pending_dense) == (ext.pending, ext.pending_dense)
 
 
 def test_record_run_records_tuples_lists_and_none_itself():
