@@ -16,7 +16,7 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
   computes the forward pass while the host issues the backward's ops (optional).
 
 A runtime that launches work on a thread of its own (the adaptive runtime's launch queue) also
-gives ``settle()``: wait until that work has run. ``shell.host`` calls it before handing out a
+gives ``wait_launches()``: wait until that work has run. ``shell.host`` calls it before handing out a
 host tensor, since a queued launch may still write it in place (an optimizer's update).
 
 They are module attributes so the hot path reads one global; ``install`` is the only
@@ -38,7 +38,7 @@ class Runtime(Protocol):
     def flush(self, reason: str) -> None: ...
     def materialize(self, shell) -> Any: ...
     def pending_bytes(self) -> int: ...
-    # optional: def settle(self) -> None: wait for work launched on a thread of the runtime's
+    # optional: def wait_launches(self) -> None: wait for work launched on a thread of the runtime's
     # optional: def boundary(self, reason: str) -> None: a step's phase ends; do not wait
 
 
@@ -55,7 +55,7 @@ def _no_pending() -> int:
     return 0
 
 
-def _settled() -> None:
+def _no_launches() -> None:
     return None
 
 
@@ -63,7 +63,7 @@ launch = None                  # None: every op runs at once (kernels.execute)
 flush = _no_flush
 materialize = _no_materialize
 pending_bytes = _no_pending
-settle = _settled
+wait_launches = _no_launches
 boundary = _no_flush
 direct = True                  # may direct ops run at once without calling launch?
 _switch = None                 # the native kernels' switch (registry connects it)
@@ -72,14 +72,14 @@ _switch = None                 # the native kernels' switch (registry connects i
 def install(runtime: Runtime | None) -> None:
     """Route the device's calls to ``runtime`` (None: back to running ops at once).
     Installing a runtime turns ``direct`` off until the runtime turns it on."""
-    global launch, flush, materialize, pending_bytes, settle, boundary
+    global launch, flush, materialize, pending_bytes, wait_launches, boundary
     if runtime is None:
         launch, flush, materialize, pending_bytes = None, _no_flush, _no_materialize, _no_pending
-        settle, boundary = _settled, _no_flush
+        wait_launches, boundary = _no_launches, _no_flush
     else:
         launch, flush, materialize = runtime.launch, runtime.flush, runtime.materialize
         pending_bytes = runtime.pending_bytes
-        settle = getattr(runtime, "settle", _settled)
+        wait_launches = getattr(runtime, "wait_launches", _no_launches)
         boundary = getattr(runtime, "boundary", _no_flush)
     run_directly(runtime is None)
 

@@ -76,7 +76,7 @@ class Engine(Deferral):
     pending-bytes bound...) is ``seg`` (segment.py), one object for the engine's life that the
     C++ core reads and writes in its struct; the engine's Python reads it there too."""
 
-    describe = staticmethod(describe)   # keys; fastpath sets the C twin on the instance
+    describe = staticmethod(describe)   # keys; fastpath sets the C implementation on the instance
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -355,8 +355,8 @@ class Engine(Deferral):
         """Name the deferred op that raised ``e`` and its user's line (``errors.explain``)."""
         self.last_error = errors.explain(e, n, where) or self.last_error
 
-    def settle(self) -> None:
-        """The device's ``seam.settle``: wait for the launches queued on the device's thread
+    def wait_launches(self) -> None:
+        """The device's ``seam.wait_launches``: wait for the launches queued on the device's thread
         (not for the read ``_run_early`` runs)."""
         if self._early != threading.get_ident():
             self.queue.wait()

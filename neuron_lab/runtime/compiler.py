@@ -71,22 +71,22 @@ def arg_at(rec, path):
 
 def scalar_values_py(scalars, records: list) -> list:
     """The region's data floats, in plan order (once per launch for every float of the
-    region). ``scalar_values`` is its C twin (csrc/records.cpp) where the extension is
+    region). ``scalar_values`` is its C implementation (csrc/records.cpp) where the extension is
     built."""
     return [(records[i].args[w] if type(w) is int else records[i].kwargs[w])
             if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]
 
 
-scalar_values = native.twin("scalar_values", scalar_values_py)
+scalar_values = native.implementation("scalar_values", scalar_values_py)
 
 
 def packed_scalars_py(scalars, records: list) -> Tensor:
     """The region's data floats, in plan order, as the program's first input. ``packed_scalars``
-    is its C twin (one C loop instead of a Python call per float)."""
+    is its C implementation (one C loop instead of a Python call per float)."""
     return torch.tensor(scalar_values(scalars, records), dtype=torch.float64)
 
 
-packed_scalars = native.twin("packed_scalars", packed_scalars_py)
+packed_scalars = native.implementation("packed_scalars", packed_scalars_py)
 
 
 def data_floats(records: list) -> list:

@@ -29,8 +29,9 @@ from .segment import Segment
 
 Tensor = torch.Tensor
 _executed = tracking.executed
-_pending = native.twin("pending", shell.pending)       # C twins: deferral_shells.cpp (_defer's
-_pending_dense = native.twin("pending_dense", shell.pending_dense)   # shells for several outputs)
+# _defer's shells for several outputs: deferral_shells.cpp where the extension is built
+_pending = native.implementation("pending", shell.pending)
+_pending_dense = native.implementation("pending_dense", shell.pending_dense)
 _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
 

@@ -33,13 +33,13 @@ from .native import extension
 
 
 class SeamRuntime:
-    """What the device's seam calls: the engine's flush, materialize, pending_bytes, settle and
+    """What the device's seam calls: the engine's flush, materialize, pending_bytes, wait_launches and
     boundary, and a launch that takes the C hot path."""
-    __slots__ = ("launch", "flush", "materialize", "pending_bytes", "settle", "boundary")
+    __slots__ = ("launch", "flush", "materialize", "pending_bytes", "wait_launches", "boundary")
 
     def __init__(self, engine: adaptive.Engine, launch) -> None:
         self.launch = launch
-        self.settle = engine.settle
+        self.wait_launches = engine.wait_launches
         self.boundary = engine.boundary
         self.flush = engine.flush
         self.materialize = engine.materialize

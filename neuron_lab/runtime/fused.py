@@ -33,7 +33,7 @@ class FloatsChanged(Exception):
 def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
     """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host_now)
     gives it; None if the tensors alias otherwise than ``pattern`` (the compile-time slots).
-    ``host_inputs`` is its C twin (csrc/records.cpp): this loop costs microseconds of Python
+    ``host_inputs`` is its C implementation (csrc/records.cpp): this loop costs microseconds of Python
     per input, on every launch."""
     slots: dict[int, int] = {}
     inputs = []
@@ -47,17 +47,17 @@ def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> l
     return inputs
 
 
-host_inputs = native.twin("host_inputs", host_inputs_py)
+host_inputs = native.implementation("host_inputs", host_inputs_py)
 
 
 def held_call_py(program, inputs: list):
-    """``program(*inputs)``. Its C twin (csrc/held_call.cpp) holds a C++ reference on every input
+    """``program(*inputs)``. Its C implementation (csrc/held_call.cpp) holds a C++ reference on every input
     tensor for the call, so a program that runs without the GIL (inductor's C++ wrapper) frees
     its input handles without waiting for the GIL (the C file's header says why)."""
     return program(*inputs)
 
 
-held_call = native.twin("held_call", held_call_py)
+held_call = native.implementation("held_call", held_call_py)
 
 
 def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:

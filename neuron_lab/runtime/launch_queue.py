@@ -16,7 +16,7 @@ Every place the host touches device data waits for the queue first (``drain``): 
 (a value read, a sync point, an event, a stream or device synchronize), an op the engine runs at
 once (capture, a boundary op, a divergence's per-op replay), eager mode, reading a pending value
 (``Engine.materialize``) and any host read of a device tensor (``shell.host`` through
-``seam.settle``: a queued optimizer update may still write a parameter in place). So the host
+``seam.wait_launches``: a queued optimizer update may still write a parameter in place). So the host
 never sees a value before the launch that writes it, nor writes a tensor a queued launch still
 reads: in-order execution, as before, with the host's Python overlapped with the device's work
 (the model's Python and the next step's deferral run while the previous step's program runs; the

@@ -5,9 +5,11 @@ record keeping (``records.cpp``: ``record.record_run``, ``pending.live_outputs``
 ``compiler.scalar_values``), per-op replay (``replay.cpp``: ``replay.replay_py``) and the fused
 launch's call (``held_call.cpp``: ``fused.held_call_py``).
 
-Every C function here has a Python reference of the same name and behaviour, which is what runs
-with ``NEURON_LAB_NATIVE_DEFER=0``; the tests compare the two. A leaf module: the modules that
-pick a twin import it, it imports none of them.
+Every C function and type here has a Python reference with the same behaviour, next to the code
+that uses it (``record.record_run_py``, ``replay.replay_py``, ``segment._Fields``...). The one
+switch is ``NEURON_LAB_NATIVE_DEFER=0``: every module then runs its reference, which is how the
+tests use them as the oracle (they compare the two; ``references()`` lists every pair). A leaf
+module: the modules that pick an implementation import it, it imports none of them.
 """
 from __future__ import annotations
 
@@ -25,7 +27,18 @@ def extension():
     return native.extension(MODULE)
 
 
-def twin(name: str, python):
-    """The extension's ``name``, or ``python`` (its reference) with the extension switched off."""
+_references: dict = {}
+
+
+def implementation(name: str, reference):
+    """The extension's ``name``, or ``reference`` (its Python reference) with the extension
+    switched off."""
+    _references[name] = reference
     ext = extension()
-    return python if ext is None else getattr(ext, name)
+    return reference if ext is None else getattr(ext, name)
+
+
+def references() -> dict:
+    """{name: Python reference} of every C implementation picked so far (the modules pick theirs
+    at import)."""
+    return dict(_references)

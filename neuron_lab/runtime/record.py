@@ -62,7 +62,7 @@ def ref(pos: int, k: int) -> Ref:
 _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2 us per record
 # A pending output's weak reference: c10's weak pointer, not a cycle-collected weakref, where the
 # extension is built (csrc/weak_outputs.cpp); both are called alike, ``w()``.
-weak_ref = native.twin("weak_ref", weakref.ref)
+weak_ref = native.implementation("weak_ref", weakref.ref)
 
 
 class Produced(NamedTuple):
@@ -352,7 +352,7 @@ def structure_of(out) -> Any:
 def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: dict) -> None:
     """Append the record of an op that ran now (the engine's capture) to ``records``, and its
     outputs' producer entries (under ``id`` of each output and ``storage_key``; a host-only
-    output gets none: it is never a queued argument). ``record_run`` is this function's C twin
+    output gets none: it is never a queued argument). ``record_run`` is this function in C
     where the runtime's extension is built (csrc/records.cpp), ~5 us less per captured op."""
     outs = flatten_outputs(out)
     pos = len(records)

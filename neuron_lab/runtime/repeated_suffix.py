@@ -50,4 +50,4 @@ def observe_py(seg, n: int, key, records: list) -> int:
     return -1
 
 
-observe = native.twin("observe_repeats", observe_py)
+observe = native.implementation("observe_repeats", observe_py)

@@ -76,7 +76,7 @@ def replay_py(records: list, host, fill_, ref_type, device_type, host_device_) -
     """Run ``records`` one op at a time on host values (``host``: a device tensor's, a Ref of
     ``ref_type``: an earlier output's, a ``device_type`` "neuron": ``host_device_()``),
     ``fill_`` each output still alive, and let each op's host outputs go after the last op
-    reading them (``freed_after``). ``replay`` is its C twin (csrc/replay.cpp) where the
+    reading them (``freed_after``). ``replay`` is its C implementation (csrc/replay.cpp) where the
     runtime's extension is built: ~2 us less per op."""
     env = (host, ref_type, device_type, host_device_)
     frees = freed_after(records, ref_type)
@@ -91,7 +91,7 @@ def replay_py(records: list, host, fill_, ref_type, device_type, host_device_) -
             vals[j] = None
 
 
-replay = native.twin("replay", replay_py)
+replay = native.implementation("replay", replay_py)
 
 
 def per_op(records: list) -> float:

@@ -37,4 +37,4 @@ class _Fields:
         self.suffix_max = 0              # NEURON_LAB_MAX_PERIOD, likewise
 
 
-Segment = native.twin("Segment", _Fields)
+Segment = native.implementation("Segment", _Fields)

@@ -24,7 +24,7 @@ aten = torch.ops.aten
 
 
 def _record_both(op, args, out):
-    """(records, producers) from the Python reference and from the C twin, for one op run now."""
+    """(records, producers) from the Python reference and from the C implementation, for one op run now."""
     f = facts(op)
     key, targs, tkw = record.describe(f, args, None, 1, {})
     got, want = ([object()], {}), ([object()], {})     # one earlier record: positions start at 1
@@ -197,7 +197,7 @@ def test_host_inputs_equals_the_python_reference():
         ext.host_inputs(occurrences, pattern[:2], records, shell.host)
 
 
-def test_the_engine_keeps_the_c_twins_after_a_reset():
+def test_the_engine_keeps_the_c_implementations_after_a_reset():
     """runtime.reset() refreshes the engine's __dict__; capture's C key builder must survive it
     (it did not: every capture after a reset built its keys in Python)."""
     rt.reset()
@@ -245,3 +245,14 @@ def test_record_run_records_tuples_lists_and_none_itself():
     finally:
         configure(record.record_run_py)
     assert reached == ["aten::max.dim"]
+
+
+def test_every_reference_has_its_c_implementation():
+    """``native.references()``: each Python reference the modules picked an implementation for
+    has one of the same name in the extension (NEURON_LAB_NATIVE_DEFER=0 runs the references)."""
+    from neuron_lab.runtime import native
+    refs = native.references()
+    assert {"replay", "live_outputs", "host_inputs", "held_call", "Segment", "Node",
+            "observe_repeats", "weak_ref"} <= refs.keys()
+    for name, reference in refs.items():
+        assert callable(getattr(ext, name)) and getattr(ext, name) is not reference, name

@@ -92,7 +92,7 @@ def test_an_op_that_raises_is_marked_with_its_record_by_both():
         assert e.value.neuron_lab_failed == (1, bad), name
 
 
-def test_per_op_takes_the_c_twin():
+def test_per_op_takes_the_c_implementation():
     assert replay.replay is ext.replay
 
 

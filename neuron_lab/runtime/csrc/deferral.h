@@ -1,7 +1,7 @@
 // The adaptive engine's deferral hot path in C, the pieces deferral.cpp (Engine.launch) is built
 // from: the state ``configure`` hands over and the interned attribute names (defined in
-// deferral.cpp), an op call's key and templates (deferral_keys.cpp: record.describe's twin) and
-// pending shells (deferral_shells.cpp: shell.pending's twins).
+// deferral.cpp), an op call's key and templates (deferral_keys.cpp: record.describe in C) and
+// pending shells (deferral_shells.cpp: shell.pending in C).
 #pragma once
 
 #include <c10/core/Allocator.h>

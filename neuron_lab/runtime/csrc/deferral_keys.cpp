@@ -1,4 +1,4 @@
-// The key of an op call in C: record.describe's twin (the same keys, so the trie built by either
+// The key of an op call in C: record.describe in C (the same keys, so the trie built by either
 // matches the other; tests/runtime/test_fastpath.py compares them), used by the deferral hot
 // path (deferral.cpp) and, as ``describe``, by capture (Engine.describe, ~3 us less per op).
 //

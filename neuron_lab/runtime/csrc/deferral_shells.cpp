@@ -1,4 +1,4 @@
-// Pending shells in C: shell.pending's twins. A deferred op's output is a PrivateUse1 tensor with
+// Pending shells in C: shell.pending in C. A deferred op's output is a PrivateUse1 tensor with
 // the predicted metadata on a storage without bytes; its values come when its region runs.
 // ``new_shell`` serves the hot path (deferral.cpp, from a trie node's FastOut), ``pending`` and
 // ``pending_dense`` the Python engine's shells for ops with several outputs (Engine._defer).

@@ -1,4 +1,4 @@
-// Per-op replay in C: replay.per_op_py's twin (the reference, and what runs without the
+// Per-op replay in C: replay.per_op_py in C (that is the reference, and what runs without the
 // extension; tests/runtime/test_replay_native.py compares them). Each record's op runs on host
 // tensors, in order, and each output still alive receives its value.
 //
@@ -13,7 +13,7 @@
 // Python loop sets it (the engine names the op and the user's line). An op's host outputs are
 // let go once the last op reading them (a Ref) has run, as eager lets an intermediate go
 // (holding all of them to the end would keep a region's every intermediate alive at once).
-// This loop is the Python loop's twin: per op that one spent longer resolving arguments,
+// This loop is the Python loop in C: per op that one spent longer resolving arguments,
 // flattening outputs and checking liveness than the op itself runs (docs/performance.md).
 #include <torch/csrc/autograd/python_variable.h>
 
