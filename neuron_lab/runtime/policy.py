@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import statistics
 
+import torch
+
 from . import compiler, fused, knobs, programs, replay, verify, worker
 from .status import Status
 
@@ -227,5 +229,6 @@ def maybe_compile(region, records, needed, stats) -> None:
     region.plan = plan
     region.move(Status.QUEUED)
     fixed = region.floats_seen if plan.scalars and region.floats_seen else None
-    build = programs.Build(compiler.largest_numel(records), region.beside_host)
+    build = programs.Build(compiler.largest_numel(records), region.beside_host,
+                           torch.get_num_threads())
     worker.submit(region, gm, examples, stats, build, (fixed, region.floats_before))

@@ -64,9 +64,14 @@ class Build(NamedTuple):
     """How a region's program is built, beyond its graph. ``largest``: the element count of its
     largest tensor (smaller regions compile single-threaded, ``compile_program``);
     ``beside_host``: its launches were not waited for, so it runs on the device's thread beside
-    the host's Python and gets inductor's C++ wrapper whatever its size (``_inductor``)."""
+    the host's Python and gets inductor's C++ wrapper whatever its size (``_inductor``);
+    ``threads``: the OpenMP threads its kernels are written for, the user's
+    ``torch.get_num_threads()`` when it was queued (0: this process's, read at the compile).
+    Inductor writes them into the code, so they are part of the program's cache key: the compile
+    helper (one thread of its own) and the user's process compile the same program with them."""
     largest: int = 0
     beside_host: bool = False
+    threads: int = 0
 
 
 class Specialized:
@@ -161,7 +166,8 @@ def _inductor(gm: fx.GraphModule, examples: list, build: Build):
     import torch._functorch.config as fconf
     import torch._inductor.config as iconf
     from torch._inductor.compile_fx import compile_fx
-    patch = {"compile_threads": knobs.COMPILE_THREADS.get()}
+    patch = {"compile_threads": knobs.COMPILE_THREADS.get(),
+             "cpp.threads": build.threads or torch.get_num_threads()}
     if host_device().type == "cpu" and build.largest < knobs.PARALLEL_MIN_NUMEL.get():
         patch["cpp.threads"] = 1
     names = ({"autograd_cache_normalize_inputs": False}      # a torch without it renames

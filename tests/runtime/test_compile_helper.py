@@ -293,3 +293,40 @@ def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch)
     helper._proc, helper._owner = parent, os.getpid()   # back in the parent
     helper.stop()
     assert parent.poll() is not None
+
+
+def test_programs_are_written_for_the_users_thread_count(monkeypatch):
+    """Inductor writes the OpenMP thread count into a CPU program's code (and so into its cache
+    key): the policy records the user's ``torch.get_num_threads()`` in the region's ``Build``,
+    which the compile helper (one thread of its own) and the user's process both compile with.
+    (Each used its own: a process on 2 threads missed what the helper had compiled on 1 and
+    compiled every program again itself, 13.6 s holding the GIL in the bench's W7 loop; 1.7 s
+    of loading now.)"""
+    import torch._inductor.compile_fx as cfx
+    import torch._inductor.config as iconf
+    seen = []
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex: seen.append(iconf.cpp.threads))
+    g = torch.fx.Graph()
+    a = g.placeholder("in0")
+    g.output((g.call_function(torch.ops.aten.relu.default, (a,)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    big = knobs.PARALLEL_MIN_NUMEL.get()
+    with knobs.CPP_WRAPPER_OPS.scoped(0):
+        programs.compile_program(gm, [torch.randn(3)], programs.Build(big, False, 3))
+        programs.compile_program(gm, [torch.randn(3)], programs.Build(big - 1, False, 3))
+        programs.compile_program(gm, [torch.randn(3)], programs.Build(big, False, 0))
+    assert seen == [3, 1, torch.get_num_threads()]
+
+    built = []
+    monkeypatch.setattr(worker, "submit", lambda region, gm, ex, stats, build, floats:
+                        built.append(build))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        x = torch.randn(64).to("neuron")
+        with knobs.COMPILE_AFTER.scoped(1), knobs.SYNC_COMPILE.scoped(False):
+            for _ in range(3):
+                (x * 2 + 1).relu().sum().item()
+    finally:
+        torch.set_num_threads(before)
+    assert built and all(b.threads == 2 for b in built)
