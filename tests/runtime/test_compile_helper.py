@@ -201,6 +201,12 @@ def test_the_helper_runs_below_the_users_priority(background):
         assert helper.running()
         own = os.getpriority(os.PRIO_PROCESS, 0)
         assert os.getpriority(os.PRIO_PROCESS, helper._proc.pid) == min(own + 7, 19)
+        # in a session of its own, Linux schedules the helper's group apart from the user's:
+        # the group is niced too, or the process's nice does nothing against the user's loop
+        group = f"/proc/{helper._proc.pid}/autogroup"
+        if os.path.exists(group):
+            with open(group) as f:
+                assert f.read().split()[-1] == "7"
     helper.stop()
 
 
