@@ -67,8 +67,9 @@ weak_ref = native.implementation("weak_ref", weakref.ref)
 
 class Produced(NamedTuple):
     """A producers-map entry (``Engine.seg.producers``, keyed by ``id`` of an output tensor, by
-    ``id`` of a pending output's storage, or by a captured output's ``storage_key``): which op of the segment made it, a weak reference that tells a live object
-    from a new one reusing the id, and the argument template naming it."""
+    ``id`` of a pending output's storage, or by a captured output's ``storage_key``): which op
+    of the segment made it, a weak reference that tells a live object from a new one reusing
+    the id, and the argument template naming it."""
     pos: int
     k: int
     obj: Any                  # weak_ref(tensor or storage)
