@@ -16,8 +16,8 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
   computes the forward pass while the host issues the backward's ops (optional).
 
 A runtime that launches work on a thread of its own (the adaptive runtime's launch queue) also
-gives ``wait_launches()``: wait until that work has run. ``shell.host`` calls it before handing out a
-host tensor, since a queued launch may still write it in place (an optimizer's update).
+gives ``wait_launches()``: wait until that work has run. ``shell.host`` calls it before handing
+out a host tensor, since a queued launch may still write it in place (an optimizer's update).
 
 They are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).

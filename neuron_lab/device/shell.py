@@ -203,7 +203,8 @@ def is_pending(s: torch.Tensor) -> bool:
 
 def host(s: torch.Tensor) -> torch.Tensor:
     """The host tensor holding ``s``'s value (materializing a pending value), once the launches
-    the runtime queued on the device have run (``seam.wait_launches``: one may write it in place)."""
+    the runtime queued on the device have run (``seam.wait_launches``: one may write it in
+    place)."""
     seam.wait_launches()
     return host_now(s)
 

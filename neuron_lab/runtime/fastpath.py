@@ -9,8 +9,8 @@ path (docs/performance.md, "Host work per op"). It also captures an op met in th
 segment that no known region continues (``Engine._capture``: run it now, record it) with the
 same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
 ``tracking.user_frame_token``'s rule, in C; ``record.record_run``;
-``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list, none: ``Engine._defer``'s loop). Every
-other case (a segment's first op, a divergence, a region's end, an op returning the caller's
+``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list,
+none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence, a region's end, an op returning the caller's
 tensor, an op that is not always queueable) calls the Python engine, under its lock as
 before; in eager mode an op goes to the device's ``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` keeps the whole path in
