@@ -10,9 +10,10 @@ segment that no known region continues (``Engine._capture``: run it now, record 
 same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
 ``tracking.user_frame_token``'s rule, in C; ``record.record_run``;
 ``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list,
-none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence, a region's end, an op returning the caller's
-tensor, an op that is not always queueable) calls the Python engine, under its lock as
-before; in eager mode an op goes to the device's ``kernels.execute``.
+none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence, a
+region's end, an op returning the caller's tensor, an op that is not always queueable) calls
+the Python engine, under its lock as before; in eager mode an op goes to the device's
+``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` keeps the whole path in
 Python, with the same keys, regions and results (``tests/runtime/test_fastpath.py`` compares
 the two).
