@@ -34,8 +34,8 @@ from .native import extension
 
 
 class SeamRuntime:
-    """What the device's seam calls: the engine's flush, materialize, pending_bytes, wait_launches and
-    boundary, and a launch that takes the C hot path."""
+    """What the device's seam calls: the engine's flush, materialize, pending_bytes,
+    wait_launches and boundary, and a launch that takes the C hot path."""
     __slots__ = ("launch", "flush", "materialize", "pending_bytes", "wait_launches", "boundary")
 
     def __init__(self, engine: adaptive.Engine, launch) -> None:
