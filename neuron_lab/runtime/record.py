@@ -82,22 +82,29 @@ def storage_key(st, meta: "OutMeta") -> tuple:
     return id(st), meta
 
 
+def storage_entry(producers: dict, st, meta: "OutMeta"):
+    """The live producer entry of storage ``st`` seen with metadata ``meta``, or None: a
+    captured output's (``storage_key``) first, it is the later producer in a segment that
+    captured after it deferred, else a pending output's (``id(st)``)."""
+    for key in (storage_key(st, meta), id(st)):
+        p = producers.get(key)
+        if p is not None and p.obj() is st:
+            return p
+    return None
+
+
 def _by_storage(a: Tensor, producers: dict):
     """A C++ shallow copy of a region output (``.data``, autograd's saved outputs) is a new
     Python object over the same storage. Every pending output has a storage of its own, so its
     storage names the producer; a captured output's storage may be shared with its views, so
-    the entry is the one with the copy's metadata too (``storage_key``). A segment that left a
-    known path captures after it deferred: a captured view of a pending output is the later
-    producer, so the captured entry is looked for first. Only objects without a cached host
-    view can be such copies."""
+    the entry is the one with the copy's metadata too (``storage_entry``). Only objects without
+    a cached host view can be such copies."""
     if "_d" in a.__dict__:
         return None
     st = a.untyped_storage()
-    p = producers.get(storage_key(st, out_meta(a)))     # captured after any pending entry of
-    if p is None or p.obj() is not st:                  # the storage: the later producer
-        p = producers.get(id(st))
-        if p is None or p.obj() is not st:
-            return None
+    p = storage_entry(producers, st, out_meta(a))
+    if p is None:
+        return None
     producers[id(a)] = _tuple_new(Produced, (p.pos, p.k, weak_ref(a), p.ref))
     return p
 
@@ -389,12 +396,7 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, record
     src = targs[0]
     if records[src.pos].metas[src.k] != meta:
         return False
-    st = t.untyped_storage()
-    for k in (storage_key(st, meta), id(st)):
-        p = producers.get(k)
-        if p is not None and p.obj() is st:
-            return True
-    return False
+    return storage_entry(producers, t.untyped_storage(), meta) is not None
 
 
 def rebuild(structure, outs: list):

@@ -20,15 +20,6 @@ namespace neuron_lab {
 namespace deferral {
 namespace {
 
-// The live entry of storage ``st`` under ``key`` (borrowed), or nullptr (an error set, or none)
-PyObject* storage_entry(PyObject* producers, PyObject* key, PyObject* st) {
-  if (key == nullptr) return nullptr;
-  PyObject* p = PyDict_GetItemWithError(producers, key);
-  if (p == nullptr || PyTuple_GET_SIZE(p) != 4 || !weak_is(PyTuple_GET_ITEM(p, 2), st))
-    return nullptr;
-  return p;
-}
-
 // A tensor made earlier in this segment: its producer entry, or nullptr (borrowed). A C++
 // shallow copy of an output (``.data``, autograd's saved outputs: no cached host view) is
 // found through its storage: a captured output's with the copy's metadata (a view shares its
@@ -58,16 +49,9 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
     Py_DECREF(id);
     return nullptr;
   }
-  PyObject* meta = out_meta_of(a);   // a captured entry first: it is the later producer
-  PyObject* key = meta ? storage_key(st, meta) : nullptr;
-  p = storage_entry(producers, key, st);
-  Py_XDECREF(key);
+  PyObject* meta = out_meta_of(a);
+  p = meta ? storage_entry(producers, st, meta) : nullptr;
   Py_XDECREF(meta);
-  if (p == nullptr && !PyErr_Occurred()) {
-    PyObject* sid = PyLong_FromVoidPtr(st);
-    p = storage_entry(producers, sid, st);
-    Py_XDECREF(sid);
-  }
   if (p == nullptr) {
     Py_DECREF(st);
     Py_DECREF(id);

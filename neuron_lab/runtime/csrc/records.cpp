@@ -106,6 +106,28 @@ PyObject* storage_key(PyObject* st, PyObject* meta) {
 
 namespace {
 
+// The live entry under ``key`` (new reference consumed; borrowed result), or nullptr (an
+// error set, or none)
+PyObject* live_entry(PyObject* producers, PyObject* key, PyObject* st) {
+  if (key == nullptr) return nullptr;
+  PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
+  Py_DECREF(key);
+  if (p == nullptr || !PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 4 ||
+      !weak_is(PyTuple_GET_ITEM(p, 2), st))
+    return nullptr;
+  return p;
+}
+
+}  // namespace
+
+PyObject* storage_entry(PyObject* producers, PyObject* st, PyObject* meta) {
+  PyObject* p = live_entry(producers, storage_key(st, meta), st);
+  if (p == nullptr && !PyErr_Occurred()) p = live_entry(producers, PyLong_FromVoidPtr(st), st);
+  return p;
+}
+
+namespace {
+
 // producers[id(o)] = Produced(pos, k, weakref(o), r); false with an exception set
 bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* k, PyObject* r) {
   return set_producer(R.produced, producers, o, pos, k, nullptr, r);
@@ -118,14 +140,6 @@ bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject
   bool ok = key != nullptr && set_entry(R.produced, producers, key, st, pos, k, nullptr, r);
   Py_XDECREF(key);
   return ok;
-}
-
-// Is storage ``st``'s entry under ``key`` a live one? 1, 0, or -1 with an exception set
-int has_live_entry(PyObject* producers, PyObject* key, PyObject* st) {
-  if (key == nullptr) return -1;
-  PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
-  if (p == nullptr) return PyErr_Occurred() ? -1 : 0;
-  return PyTuple_Check(p) && PyTuple_GET_SIZE(p) == 4 && weak_is(PyTuple_GET_ITEM(p, 2), st);
 }
 
 // The metadata of output ``ref`` (a record.Ref: ``pos``, ``k``) of an earlier record: borrowed,
@@ -170,14 +184,8 @@ int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* ta
   if (src == nullptr) return -1;
   int same = PyObject_RichCompareBool(src, meta, Py_EQ);
   if (same <= 0) return same;
-  PyObject* key = storage_key(st, meta);
-  int live = has_live_entry(producers, key, st);
-  Py_XDECREF(key);
-  if (live != 0) return live;
-  PyObject* sid = PyLong_FromVoidPtr(st);
-  live = has_live_entry(producers, sid, st);
-  Py_XDECREF(sid);
-  return live;
+  if (storage_entry(producers, st, meta) != nullptr) return 1;
+  return PyErr_Occurred() ? -1 : 0;
 }
 
 // OutMeta(size, stride, offset, dtype) of tensor `t` (record.out_meta), untracked

@@ -21,6 +21,12 @@ bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyOb
 // reference, or nullptr with an exception set.
 PyObject* storage_key(PyObject* st, PyObject* meta);
 
+// The live producer entry of storage ``st`` seen with metadata ``meta`` (record.storage_entry):
+// a captured output's (``storage_key``) first, it is the later producer in a segment that
+// captured after it deferred, else a pending output's (``id(st)``). Borrowed, or nullptr (an
+// exception set, or no live entry).
+PyObject* storage_entry(PyObject* producers, PyObject* st, PyObject* meta);
+
 // OutMeta(size, stride, offset, dtype) of a tensor (record.out_meta), untracked; a new
 // reference, or nullptr with an exception set
 PyObject* out_meta_of(PyObject* t);
