@@ -66,7 +66,7 @@ def seam_runtime(engine: adaptive.Engine):
         "size_type": torch.Size,
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
-        "ref": record.ref, "rebuild": record.rebuild, "pending_kind": record.PENDING,
+        "rebuild": record.rebuild, "pending_kind": record.PENDING,
         "not_tensor_kind": record.NOT_TENSOR,
         "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,

@@ -114,7 +114,7 @@ bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, PyObject*
   if (back == -1 && PyErr_Occurred()) return false;
   PyObject* p = PyLong_FromSsize_t(pos - back);
   PyObject* kk = p ? Py_NewRef(PyTuple_GET_ITEM(same_as, 1)) : nullptr;
-  PyObject* rr = kk ? PyObject_CallFunctionObjArgs(S.ref, p, kk, nullptr) : nullptr;
+  PyObject* rr = kk ? ref_of(p, kk) : nullptr;
   bool ok = rr != nullptr && set_producer(S.produced, producers, st, p, kk, sr, rr);
   Py_XDECREF(p);
   Py_XDECREF(kk);
@@ -240,8 +240,14 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
     if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == S.pending_kind) {
       PyObject** m = &PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, 2), 0);   // OutMeta
       bool queueable = PyTuple_GET_ITEM(spec, 5) == Py_True;
-      PyObject* r = queueable ? PyObject_CallFunction(S.ref, "nl", pos, static_cast<long>(k))
-                              : Py_NewRef(Py_None);
+      PyObject* r = Py_NewRef(Py_None);
+      if (queueable) {
+        PyObject* p = PyLong_FromSsize_t(pos);
+        PyObject* kk = p ? PyLong_FromSsize_t(k) : nullptr;
+        Py_SETREF(r, kk ? ref_of(p, kk) : nullptr);
+        Py_XDECREF(p);
+        Py_XDECREF(kk);
+      }
       Py_DECREF(t);
       Py_DECREF(pair);
       ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3],
@@ -664,7 +670,6 @@ void configure(py::dict o) {
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
   hold(S.queued, o["queued"]);
-  hold(S.ref, o["ref"]);
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();

@@ -37,7 +37,6 @@ struct State {
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* queued = nullptr;    // record.QueuedOp
-  PyObject* ref = nullptr;           // record.ref(pos, k): the shared Ref of an output
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
   long pending_kind = -1;            // record.PENDING, record.NOT_TENSOR (OutSpec.kind)
   long not_tensor_kind = -1;

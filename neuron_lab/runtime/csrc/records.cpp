@@ -235,8 +235,8 @@ bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** struct
   return *structure != nullptr;
 }
 
-// record.ref(pos, k): the shared Ref, read from record._refs (made by the Python function the
-// first time); a new reference
+}  // namespace
+
 PyObject* ref_of(PyObject* pos, PyObject* k) {
   PyObject* key = PyTuple_Pack(2, pos, k);
   PyObject* r = key ? PyDict_GetItemWithError(R.refs, key) : nullptr;   // borrowed
@@ -245,6 +245,8 @@ PyObject* ref_of(PyObject* pos, PyObject* k) {
   if (key == nullptr || PyErr_Occurred()) return nullptr;
   return PyObject_CallFunctionObjArgs(R.ref, pos, k, nullptr);
 }
+
+namespace {
 
 PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 8 || !PyList_Check(argv[6]) || !PyDict_Check(argv[7])) {

@@ -21,6 +21,11 @@ bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyOb
 // reference, or nullptr with an exception set.
 PyObject* storage_key(PyObject* st, PyObject* meta);
 
+// record.ref(pos, k): the shared Ref of output ``k`` of op ``pos``, read from record._refs
+// (the Python function makes it the first time); a new reference, or nullptr with an
+// exception set
+PyObject* ref_of(PyObject* pos, PyObject* k);
+
 // The live producer entry of storage ``st`` seen with metadata ``meta`` (record.storage_entry):
 // a captured output's (``storage_key``) first, it is the later producer in a segment that
 // captured after it deferred, else a pending output's (``id(st)``). Borrowed, or nullptr (an
