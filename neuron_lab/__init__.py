@@ -43,7 +43,7 @@ from .device.tracking import clear_op_tracking, executed_ops, fallback_ops  # no
 from .runtime import get_mode, mode, set_mode, sync  # noqa: E402
 from .runtime import install as _install_runtime  # noqa: E402
 
-_install_runtime()   # the adaptive runtime behind the device's seam (neuron_lab.runtime.current())
+_install_runtime()   # the adaptive runtime the device calls (neuron_lab.runtime.current())
 from .compile import install as _install_compile  # noqa: E402
 from .distributed import register as _register_distributed  # noqa: E402
 

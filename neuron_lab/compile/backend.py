@@ -11,10 +11,10 @@ and compile it there, and puts the call boundary of ``bridge`` around the progra
 Inductor's device registries know ``neuron`` (``device_interface``: a device interface and
 ``register_backend_for_device``, as PyTorch's OpenReg registers), but code is generated for the
 host graph, not for ``neuron``: an OpenReg tensor's ``data_ptr()`` is real host memory, so C++
-kernels can take it; a ``neuron`` shell's is its host buffer's address too, but a value the
-adaptive runtime deferred has none yet (``device/shell.py``), inductor's Python wrapper refuses
-C++ kernels on any device but ``cpu`` ("device neuron nyi"), and its lowerings pick kernels by
-device type. The host graph is what such a registration would generate anyway — the same C++ —
+kernels can take it; a ``neuron`` tensor's is its host buffer's address too, but a value the
+adaptive runtime deferred has none yet (``device/tensor_data.py``), inductor's Python wrapper
+refuses C++ kernels on any device but ``cpu`` ("device neuron nyi"), and its lowerings pick kernels
+by device type. The host graph is what such a registration would generate anyway — the same C++ —
 with the device's tensors bound at the call. FlexAttention's higher-order ops become the
 device's own kernels first (``flex_attention.replace_hops``).
 

@@ -1,6 +1,6 @@
 """The boundary a compiled graph's call crosses: neuron tensors in, neuron tensors out.
 
-A ``neuron`` tensor's bytes live in a host storage (``device/shell.py``), so the compiled host
+A ``neuron`` tensor's bytes live in a host storage (``device/tensor_data.py``), so the compiled host
 program reads and writes them directly: each input is replaced by its host view (in adaptive
 mode a still-deferred input is computed first — a region boundary, as for any host read), the
 program runs, and each output storage the device has not seen yet is counted in
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import memory, shell
+from ..device import memory, tensor_data
 
 Tensor = torch.Tensor
 _NEURON = "neuron"
@@ -23,7 +23,7 @@ def to_host(args: list) -> list:
     out = []
     for a in args:
         if isinstance(a, Tensor) and a.device.type == _NEURON:
-            a = shell.host(a)
+            a = tensor_data.host(a)
         out.append(a)
     return out
 
@@ -42,7 +42,7 @@ def to_device(outs, on_device, name: str):
         memory.check(need, name)
         for st in new.values():
             memory.track(st)
-    return [shell.wrap(h) if dev and isinstance(h, Tensor) else h
+    return [tensor_data.wrap(h) if dev and isinstance(h, Tensor) else h
             for h, dev in zip(outs, on_device)]
 
 

@@ -80,8 +80,8 @@ def _tensor_attrs(gm: torch.fx.GraphModule) -> dict:
 
 def _host(t: Tensor) -> Tensor:
     if t.device.type == "neuron":
-        from ..device import shell
-        return shell.host(t)
+        from ..device import tensor_data
+        return tensor_data.host(t)
     return t
 
 

@@ -105,8 +105,8 @@ def _rewrite_one(gm: torch.fx.GraphModule, dev) -> int:
 
 
 def _to_host(v: torch.Tensor, dev) -> torch.Tensor:
-    from ..device import shell
-    h = shell.host(v)
+    from ..device import tensor_data
+    h = tensor_data.host(v)
     return h if h.device == dev else h.to(dev)
 
 

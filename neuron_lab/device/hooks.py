@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import executor, memory, seam, shell
+from . import executor, memory, runtime_interface, tensor_data
 
 _ext = None
 
@@ -41,8 +41,8 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
     the storage stays valid. Queued work runs first (it may read or write these bytes); the host
     storage is resized in place, so every host view follows; growth past the modelled HBM
     raises ``OutOfMemoryError`` before anything changes."""
-    seam.flush("storage-resize")
-    h = shell.host_storage(st, None)
+    runtime_interface.flush("storage-resize")
+    h = tensor_data.host_storage(st, None)
     if h is None:
         raise RuntimeError(
             f"neuron: UntypedStorage.resize_({nbytes}) on device neuron:0: this storage has no "
@@ -52,7 +52,7 @@ def resize_storage(st: torch.UntypedStorage, nbytes: int) -> None:
     if old is not None and nbytes > old:
         memory.check(nbytes - old, "UntypedStorage.resize_")
     h.resize_(nbytes)
-    shell.bind(st, h)
+    tensor_data.bind(st, h)
     memory.retrack(h)
 
 

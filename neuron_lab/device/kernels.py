@@ -14,14 +14,14 @@ policy (Trainium dtype rules, RNG and data-dependent ops recorded) -> admission 
 bytes known from the arguments are checked against the capacity before the host allocates, see
 ``sizing``) -> run the op on the host executor -> account memory (OOM before any result
 escapes) -> wrap results (in-place/``out=`` return the caller's own tensor, everything else a
-new shell). A runtime installed through ``seam`` may queue ops instead; its per-op replay calls
-``execute``.
+new device tensor). A runtime installed through ``runtime_interface`` may queue ops instead; its
+per-op replay calls ``execute``.
 """
 from __future__ import annotations
 
 import torch
 
-from . import config, dtypes, hooks, memory, seam, shell, sizing, tracking
+from . import config, dtypes, hooks, memory, runtime_interface, sizing, tensor_data, tracking
 from .executor import host_device
 from .op_facts import OpFacts, draws_random
 
@@ -58,7 +58,7 @@ def _unwrap_list(f: OpFacts, seq, found: list) -> list:
                     raise _mismatch(f, a)
             elif a.device.type == _NEURON:
                 found.append(a.dtype)
-                a = shell.host(a)
+                a = tensor_data.host(a)
         out.append(a)
     return out
 
@@ -82,8 +82,8 @@ def unwrap(f: OpFacts, args, kwargs, found: list):
                 try:
                     d = a._d
                 except AttributeError:
-                    d = shell._recover(a)
-                a = d if d is not None else seam.materialize(a)
+                    d = tensor_data._recover(a)
+                a = d if d is not None else runtime_interface.materialize(a)
         elif type(a) is list or type(a) is tuple:
             a = _unwrap_list(f, a, found)
         hargs.append(a)
@@ -93,7 +93,7 @@ def unwrap(f: OpFacts, args, kwargs, found: list):
             if isinstance(v, Tensor):
                 if not v.is_cpu:
                     found.append(v.dtype)
-                    v = shell.host(v)
+                    v = tensor_data.host(v)
                 elif (v.dim() or k in f.written_kw) and not f.mixed_ok:
                     raise _mismatch(f, v)   # out=cpu_tensor: CUDA raises too, never writes it
             elif type(v) is list:
@@ -162,7 +162,7 @@ def _unwrap_plain(args) -> list | None:
             elif a.dtype in _HOST_ONLY:
                 return None
             else:
-                a = shell.host(a)
+                a = tensor_data.host(a)
         elif type(a) is list or type(a) is tuple:
             return None
         hargs.append(a)
@@ -183,7 +183,7 @@ def execute(f: OpFacts, args, kwargs):
             if type(out) is Tensor:
                 hs = out.untyped_storage()
                 memory.track(hs, f.name)
-                return shell.wrap(out, hs)
+                return tensor_data.wrap(out, hs)
             return wrap_result(f, out, args, kwargs)
     found: list = []
     hargs, hkwargs = unwrap(f, args, kwargs, found)
@@ -211,7 +211,7 @@ def execute(f: OpFacts, args, kwargs):
     if type(out) is Tensor and f.fresh:          # the common case: one new tensor
         hs = out.untyped_storage()
         memory.track(hs, f.name)
-        return shell.wrap(out, hs)
+        return tensor_data.wrap(out, hs)
     return wrap_result(f, out, args, kwargs)
 
 
@@ -224,21 +224,21 @@ def use_native(ext) -> None:
     ``execute_py``. Called at registration, before the runtime and the kernels bind it."""
     global execute
     ext.configure_execute({
-        "execute": execute_py, "host": shell.host, "host_error": raise_host_error,
-        "track": memory.track, "wrap": shell.wrap, "wrap_result": wrap_result,
+        "execute": execute_py, "host": tensor_data.host, "host_error": raise_host_error,
+        "track": memory.track, "wrap": tensor_data.wrap, "wrap_result": wrap_result,
         "executed": _executed, "create": torch._C._acc.create_empty_tensor,
-        "bind": shell.native_bind(), "host_only": _HOST_ONLY, "tensor": Tensor})
+        "bind": tensor_data.native_bind(), "host_only": _HOST_ONLY, "tensor": Tensor})
     execute = ext.execute
 
 
-_run_here = None      # the native direct kernel's run_here and run_handed, when its ops are
-_run_handed = None    # registered
+_run_here = None      # the native direct kernel's run_here and run_boxed_call, when its ops are
+_run_boxed_call = None    # registered
 
 
 def use_direct(ext) -> None:
     """``run_now`` runs ``OpFacts.direct`` ops on the native direct kernel (``csrc/direct.cpp``)."""
-    global _run_here, _run_handed
-    _run_here, _run_handed = ext.run_here, ext.run_handed
+    global _run_here, _run_boxed_call
+    _run_here, _run_boxed_call = ext.run_here, ext.run_boxed_call
 
 
 def run_now(f: OpFacts, args, kwargs):
@@ -246,11 +246,11 @@ def run_now(f: OpFacts, args, kwargs):
     adaptive engine's capture): on the direct kernel where it takes the call (no Python per
     op: ~2-4 us less than ``execute``), else ``execute``. Same results either way. Only ops
     whose PrivateUse1 kernel is the direct kernel (``OpFacts.direct_kernel``): any other op
-    would reach the generic kernel, and so the runtime, again. The call the direct kernel handed
+    would reach the generic kernel, and so the runtime, again. The call the direct kernel passed
     to the runtime (``args`` is its argument tuple) runs on the arguments the dispatcher passed
-    (``run_handed``: no second parsing and dispatch); any other, through the op's binding."""
+    (``run_boxed_call``: no second parsing and dispatch); any other, through the op's binding."""
     if f.direct_kernel:
-        out = _run_handed(args)
+        out = _run_boxed_call(args)
         if out is None:
             out = _run_here(f.call, args, kwargs)
         if out is not None:
@@ -307,21 +307,21 @@ def _wrap_value(f: OpFacts, h, alias, args, kwargs):
         if orig.shape != h.shape or f.restride and (orig.stride() != h.stride()
                                                     or orig.storage_offset() != h.storage_offset()):
             regrow(f.name, h, orig)
-            shell.restride(orig, h)
+            tensor_data.restride(orig, h)
         return orig
     if alias is not None and not alias[2]:       # a view of an argument: shares its storage
         where = alias[0]
         base = args[where] if type(where) is int and where < len(args) else kwargs.get(where)
         if isinstance(base, Tensor) and base.device.type == _NEURON:
-            return shell.view_of(base, h)
-    return shell.wrap(h)
+            return tensor_data.view_of(base, h)
+    return tensor_data.wrap(h)
 
 
 def regrow(op: str, h: Tensor, s: Tensor) -> None:
     """Account a host storage an op grew in place (``resize_``, ``out=``). Past the capacity,
-    undo it — shrink the storage back, restore ``h`` to shell ``s``'s metadata — and raise, so
-    the tensor is unchanged. (A CPU resize replaces the storage's bytes: the native counter has
-    already uncounted the old ones; the shell's storage still has the old size.)"""
+    undo it — shrink the storage back, restore ``h`` to device tensor ``s``'s metadata — and raise,
+    so the tensor is unchanged. (A CPU resize replaces the storage's bytes: the native counter has
+    already uncounted the old ones; the device tensor's storage still has the old size.)"""
     st = h.untyped_storage()
     old = memory.counted_bytes(st)
     if old is None:
@@ -349,15 +349,15 @@ def wrap_result(f: OpFacts, out, args, kwargs):
             tracking.record_transfer("h2d", out.numel() * out.element_size())
     t = type(out)
     if t is Tensor:
-        if f.zero_tensor:   # shells need bytes: C++ shallow copies re-read them from storage
+        if f.zero_tensor:   # tensors need bytes: C++ shallow copies re-read them from storage
             out = torch.zeros(out.shape, dtype=out.dtype, device=out.device)
         if not (f.ret_alias[0] and f.ret_alias[0][1]):
             memory.track(out.untyped_storage(), f.name)
         return _wrap_value(f, out, f.ret_alias[0], args, kwargs)
     if t is tuple or t is list:
         _account(f, out)
-        if t is list:   # TensorList returns (split, unbind, _foreach_*): fresh shells
-            return [shell.wrap(h) if isinstance(h, Tensor) else h for h in out]
+        if t is list:   # TensorList returns (split, unbind, _foreach_*): fresh device tensors
+            return [tensor_data.wrap(h) if isinstance(h, Tensor) else h for h in out]
         return tuple(_wrap_value(f, h, f.ret_alias[i] if i < len(f.ret_alias) else None, args, kwargs)
                      if isinstance(h, Tensor) else h for i, h in enumerate(out))
     return out

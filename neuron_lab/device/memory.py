@@ -21,8 +21,8 @@ Deferred outputs (the adaptive runtime hands out tensors before computing them) 
 allocated until their region runs, as on a lazy-tensor device: an intermediate that dies inside
 a region is never allocated at all (a fused program does not write it). While a pending output
 is alive it still counts in ``memory_allocated()`` (the runtime reports the bytes of its live
-pending outputs through ``seam.pending_bytes``, summed only when someone asks), as CUDA counts a
-kernel's output at issue; when the region runs, the host storage that receives the value is
+pending outputs through ``runtime_interface.pending_bytes``, summed only when someone asks), as CUDA
+counts a kernel's output at issue; when the region runs, the host storage that receives the value is
 counted like any other (``track``). Peaks are raised when bytes are materialised and by every
 value ``memory_allocated()`` reports, so ``max_memory_allocated()`` is never below a reported
 current value, and intermediates that lived only between two deferred ops never raise it.
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from . import chips, config, counting, events, seam
+from . import chips, config, counting, events, runtime_interface
 
 SEGMENT = counting.SEGMENT
 _counter: Any = counting.PyCounter()     # the native counter replaces it (use_native)
@@ -86,7 +86,7 @@ def check(requested: int, op: str) -> None:
     cap = capacity()
     if not requested or _allocated() + requested <= cap:
         return
-    alloc = _allocated() + seam.pending_bytes()
+    alloc = _allocated() + runtime_interface.pending_bytes()
     if alloc + requested <= cap:
         return
     _ooms += 1
@@ -133,7 +133,7 @@ def counted() -> int:
 
 def memory_allocated(device=None) -> int:
     """Materialised bytes plus the live pending outputs' (a reported value raises the peaks)."""
-    pend = seam.pending_bytes()
+    pend = runtime_interface.pending_bytes()
     n = _allocated() + pend
     if pend:
         _counter.observe_allocated(n)
@@ -154,7 +154,7 @@ def max_memory_reserved(device=None) -> int:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _counter.reset_peaks(_allocated() + seam.pending_bytes())
+    _counter.reset_peaks(_allocated() + runtime_interface.pending_bytes())
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
@@ -164,7 +164,7 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
-    _counter.set_reserved(_allocated() + seam.pending_bytes())
+    _counter.set_reserved(_allocated() + runtime_interface.pending_bytes())
 
 
 def mem_get_info(device=None) -> tuple[int, int]:

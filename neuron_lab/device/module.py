@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import executor, memory, properties, seam, streams
+from . import executor, memory, properties, runtime_interface, streams
 
 def is_available() -> bool:
     return True
@@ -45,7 +45,7 @@ get_device_capability = properties.device_capability
 
 def synchronize(device=None) -> None:
     """Wait for all queued device work (flushes the adaptive queue)."""
-    seam.flush("synchronize")
+    runtime_interface.flush("synchronize")
     executor.synchronize()
 
 

@@ -1,8 +1,8 @@
 """Per-op facts read once from the op's schema: the dispatch table is data.
 
 ``OpFacts`` says, for one ``OpOverload``: which returns alias which arguments (in-place and
-``out=`` returns hand back the caller's own tensor; view returns get a new shell over the host
-view), whether the op may change a tensor's metadata in place, whether it draws random numbers,
+``out=`` returns hand back the caller's own tensor; view returns get a new device tensor over the
+host view), whether the op may change a tensor's metadata in place, whether it draws random numbers,
 whether its output shape depends on data (a sync point), whether it may mix devices, and
 whether its float arguments are *data* (``floats_are_data``): for pointwise, foreach and fused
 optimizer ops a Python float changes the values computed, never the output's shape, strides or

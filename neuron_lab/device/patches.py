@@ -5,8 +5,8 @@ Python API, each changing behaviour only for ``neuron`` and otherwise calling Py
    ``torch.accelerator.memory.*`` says the allocator is not a DeviceAllocator and
    ``get_device_capability`` says the backend has none: all are routed to ``torch.neuron`` when
    the current accelerator is ``neuron`` (``accelerator``).
-2. ``torch.save``: a shell's storage holds no bytes, so ``Tensor._reduce_ex_internal`` takes the
-   path PyTorch already uses for storage-less backends (copy to CPU, rebuild on load honouring
+2. ``torch.save``: a device tensor's storage holds no bytes, so ``Tensor._reduce_ex_internal`` takes
+   the path PyTorch already uses for storage-less backends (copy to CPU, rebuild on load honouring
    ``map_location``) (``tensor``).
 3. ``tensor.data = other`` swaps the TensorImpl's storage in C++ without a kernel call; the
    setter also refreshes the host view cached on the Python object (``tensor``); pickling and
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from . import module, properties, seam, tracking
+from . import module, properties, runtime_interface, tracking
 
 
 def accelerator() -> None:
@@ -82,13 +82,13 @@ def data_ptr() -> None:
     """A queued (adaptive) value has no host buffer yet, so no address: ``data_ptr()`` on it
     runs the queue first, as reading a CUDA pointer after an async launch is valid only for the
     allocation the launch writes, which exists already; here it exists once the queue ran."""
-    from . import shell
+    from . import tensor_data
     T, U = torch.Tensor, torch.UntypedStorage
     t_ptr, u_ptr = torch._C.TensorBase.data_ptr, torch._C.StorageBase.data_ptr
 
     def data_ptr(self):
-        if self.device.type == "neuron" and shell.is_pending(self):
-            shell.host(self)
+        if self.device.type == "neuron" and tensor_data.is_pending(self):
+            tensor_data.host(self)
         return t_ptr(self)
 
     def storage_data_ptr(self):
@@ -152,11 +152,11 @@ def tensor() -> None:
             if tensor_contents is None and self.numel() and self.layout == torch.strided \
                     and not torch._C._functorch.is_functorch_wrapped_tensor(self) \
                     and not is_fake(self):
-                from . import shell
+                from . import tensor_data
                 plain = type(self) in (torch.Tensor, torch.nn.Parameter)
                 indent = len("tensor(" if plain else type(self).__name__ + "(")
                 with torch.no_grad():
-                    tensor_contents = torch._tensor_str._tensor_str(shell.host(self), indent)
+                    tensor_contents = torch._tensor_str._tensor_str(tensor_data.host(self), indent)
         return orig_repr(self, tensor_contents=tensor_contents)
 
     T.__repr__ = __repr__
@@ -178,8 +178,8 @@ def backward() -> None:
     thread; both are correct, only slower. Reentrant and nested backward passes work as on CPU.
 
     A backward pass of ``neuron`` roots also tells the runtime that the forward pass has ended
-    (``seam.boundary("backward")``): the adaptive runtime may launch the forward's region on
-    the device's thread while the host issues the backward's ops, as an accelerator's host
+    (``runtime_interface.boundary("backward")``): the adaptive runtime may launch the forward's
+    region on the device's thread while the host issues the backward's ops, as an accelerator's host
     does (``NEURON_LAB_BACKWARD_BOUNDARY``)."""
     from torch.autograd.variable import Variable
     engine = Variable._execution_engine
@@ -221,7 +221,8 @@ class _CallerThreadEngine:
             neuron = any(isinstance(t, torch.Tensor) and t.device.type == "neuron"
                          for t in t_outputs)
             if neuron and not _traced(t_outputs):
-                seam.boundary("backward")     # the forward may run while the backward is issued
+                # the forward may run while the backward is issued
+                runtime_interface.boundary("backward")
             if neuron and _mt_enabled():
                 _set_mt(False)
                 try:

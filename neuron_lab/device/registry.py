@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches, seam,
-               serialization, streams, tracking, transfers)
+from . import (autocast, config, dtypes, executor, hooks, kernels, module, patches,
+               runtime_interface, serialization, streams, tracking, transfers)
 from .op_facts import facts, overload
 
 _registered = False
@@ -33,18 +33,18 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 def _kernel(op):
-    """The generic kernel for ``op``: ``seam.launch(facts, args, kwargs)`` with a runtime
-    installed, else ``kernels.execute``. In C when the native extension is built
+    """The generic kernel for ``op``: ``runtime_interface.launch(facts, args, kwargs)`` with a
+    runtime installed, else ``kernels.execute``. In C when the native extension is built
     (``csrc/kernel.cpp``: one interpreter frame less per op); the closure below is the same."""
     f = facts(op)
     execute = kernels.execute
     if f.base == "set_" and "Storage" in f.name:
         return transfers.set_storage
     if _native is not None:
-        return _native.kernel(f, execute, vars(seam))
+        return _native.kernel(f, execute, vars(runtime_interface))
 
     def kernel(*args, **kwargs):
-        launch = seam.launch
+        launch = runtime_interface.launch
         if launch is None:
             return execute(f, args, kwargs)
         return launch(f, args, kwargs)
@@ -65,12 +65,13 @@ def _fallback(op, *args, **kwargs):
 
 # Left to PyTorch's CompositeExplicitAutograd kernels: they shallow-copy the TensorImpl in C++
 # (no Python object attached), which ``Parameter``/``_make_subclass`` requires; the copy shares
-# the storage, so ``shell.host`` finds its data through the storage.
+# the storage, so ``tensor_data.host`` finds its data through the storage.
 NATIVE = frozenset({"detach", "alias", "lift_fresh"})
 
 # An op with any of these kernels gets ours. CompositeExplicitAutogradNonFunctional kernels
-# (``*_scatter``, ``*_copy``, ``diag_embed``...) would otherwise run on the shells themselves and
-# read the shell storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
+# (``*_scatter``, ``*_copy``, ``diag_embed``...) would otherwise run on the device tensors
+# themselves and
+# read the device storage's byte size (``clone_preserve_strides``), which is 0 for fresh outputs.
 BACKEND_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 SPECIAL = {"_copy_from": transfers.copy_from,
@@ -93,8 +94,8 @@ def _dtype_kwarg(op) -> int:
 def _register_kernels(direct=None) -> int:
     """Our kernel for every aten op it should own. With ``direct`` (the native extension), an
     ``OpFacts.direct`` op gets the direct kernel under PrivateUse1 (``csrc/direct.cpp``), which
-    calls the generic kernel's seam.launch or execute (``_kernel``'s) from C++ for everything it
-    does not run itself (``csrc/python_call.cpp``)."""
+    calls the generic kernel's runtime_interface.launch or execute (``_kernel``'s) from C++ for
+    everything it does not run itself (``csrc/python_call.cpp``)."""
     lib = torch.library.Library("aten", "IMPL")
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     n = 0
@@ -121,7 +122,7 @@ def _register_kernels(direct=None) -> int:
                                        f.ret_alias[0][0] if f.ret_alias[0] else -1,
                                        _dtype_kwarg(op), f.direct_size,
                                        f.dropout_at[0] if f.dropout_at else -1,
-                                       (f, kernels.execute, vars(seam)))
+                                       (f, kernels.execute, vars(runtime_interface)))
                 f.direct_kernel = True
             else:
                 lib.impl(short, special or _kernel(op), "PrivateUse1")
@@ -267,14 +268,14 @@ def register() -> None:
     if existing is not None and existing is not module:
         raise RuntimeError("neuron_lab: another 'neuron' backend (torch-neuronx?) is registered; "
                            "use one or the other in a process")
-    from . import memory, native, shell
+    from . import memory, native, tensor_data
     # first, so that a library that cannot load leaves nothing half registered
     ext = _native = native.load()       # NativeLibraryError (an ImportError) names the fix
     # _setup_privateuseone_for_python_backend's steps, with the C++ hooks
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", module)
     hooks.install(ext)                  # pinned memory and generators need the C++ hooks
-    shell.use_native(ext)               # storages get their host buffer's address
+    tensor_data.use_native(ext)               # storages get their host buffer's address
     if executor.host_device().type == "cpu":
         memory.use_native(ext)          # and are counted in their own DataPtr
     kernels.use_native(ext)             # the eager path's short cut in C
@@ -283,10 +284,10 @@ def register() -> None:
     direct = None
     if config.DIRECT.get() and executor.host_device().type == "cpu":
         direct = _native           # eager ops in C++ (their outputs counted by the native counter)
-        shell_storage = torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage()
-        direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), shell_storage)
+        device_storage = torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage()
+        direct.configure_direct(sorted(dtypes.HOST_ONLY, key=str), device_storage)
         tracking.count_native(direct.direct_counts)
-        seam.connect(direct.set_direct)
+        runtime_interface.connect(direct.set_direct)
         kernels.use_direct(direct)
     _register_kernels(direct)
     _register_sdpa()

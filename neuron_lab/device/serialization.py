@@ -16,7 +16,7 @@ def install() -> None:
     """``torch.load(map_location='neuron')`` restores CPU storages onto the device: PyTorch's own
     path copies bytes into a device storage in C++, which has no bytes here. This restore
     function gives it a neuron storage backed by a host copy instead."""
-    from . import memory, shell
+    from . import memory, tensor_data
     from .executor import host_device
 
     def restore(obj, location):
@@ -31,9 +31,9 @@ def install() -> None:
 
     def _onto_device(hs):
         memory.track(hs, "torch.load")
-        # a fresh-output shell's 0-byte storage: torch.load reads its data_ptr(), which raises on
+        # a fresh output's 0-byte storage: torch.load reads its data_ptr(), which raises on
         # a null storage that claims bytes; set_ onto it finds the bytes through ``_h``
-        return shell.wrap(torch.empty(0, dtype=torch.uint8, device=hs.device).set_(hs)) \
+        return tensor_data.wrap(torch.empty(0, dtype=torch.uint8, device=hs.device).set_(hs)) \
             .untyped_storage()
 
     orig_to = torch.storage._to
@@ -71,7 +71,7 @@ def storage() -> None:
     """``torch.UntypedStorage(n, device='neuron')`` (also reached by ``storage.to(device=...)``
     and ``TypedStorage(..., device=...)``) asks C++ for the PrivateUse1 allocator, which a
     Python backend does not have: it segfaulted. Build the storage from host bytes instead."""
-    from . import memory, shell
+    from . import memory, tensor_data
     from .executor import host_device
 
     U = torch.UntypedStorage
@@ -86,6 +86,6 @@ def storage() -> None:
             raise kernels.bad_index(dev)
         hs = orig_new(cls, *args, device=host_device(), **kwargs)
         memory.track(hs, "UntypedStorage")
-        return shell.storage_for(hs)
+        return tensor_data.storage_for(hs)
 
     U.__new__ = __new__

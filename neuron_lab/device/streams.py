@@ -24,8 +24,8 @@ from . import executor, properties
 def flush(reason: str) -> None:
     """Run all queued device work (the guard calls this from event record, stream query and
     synchronize): the adaptive runtime's flush, then the host executor's own sync."""
-    from . import seam
-    seam.flush(reason)
+    from . import runtime_interface
+    runtime_interface.flush(reason)
     executor.synchronize()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from . import kernels, seam, shell, tracking
+from . import kernels, runtime_interface, tensor_data, tracking
 from .op_facts import facts
 
 Tensor = torch.Tensor
@@ -16,15 +16,15 @@ _NEURON = "neuron"
 def copy_from(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
     """``aten::_copy_from``: the cross-device half of ``copy_``."""
     if src.device.type == _NEURON and dst.device.type == _NEURON:
-        shell.host(dst).copy_(shell.host(src))
+        tensor_data.host(dst).copy_(tensor_data.host(src))
     elif src.device.type == _NEURON:             # device -> host: a sync point
-        seam.flush("cpu")
+        runtime_interface.flush("cpu")
         tracking.record_sync("cpu")
-        h = shell.host(src)
+        h = tensor_data.host(src)
         tracking.record_transfer("d2h", h.numel() * h.element_size())
         dst.copy_(h, non_blocking=False)
     else:                                        # host -> device
-        h = shell.host(dst)
+        h = tensor_data.host(dst)
         tracking.record_transfer("h2d", src.numel() * src.element_size())
         h.copy_(src, non_blocking=non_blocking and h.is_cuda)
     tracking.executed["aten::_copy_from"] += 1
@@ -33,10 +33,10 @@ def copy_from(src: Tensor, dst: Tensor, non_blocking: bool = False) -> Tensor:
 
 def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
     if dst.device.type == _NEURON:
-        h = shell.host(dst)
+        h = tensor_data.host(dst)
         h.resize_(src.shape)
         kernels.regrow("aten::_copy_from_and_resize", h, dst)
-        shell.restride(dst, h)
+        tensor_data.restride(dst, h)
     else:
         dst.resize_(src.shape)
     return copy_from(src, dst)
@@ -46,13 +46,13 @@ def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride
     """``aten::set_`` onto a *storage*: the host storage behind a neuron storage is ``_h``.
     Reached by ``torch.load(..., map_location='neuron')`` (``_rebuild_tensor``)."""
     src = getattr(source, "_untyped_storage", source)
-    hs = shell.host_storage(src, None)
+    hs = tensor_data.host_storage(src, None)
     if src.device.type != _NEURON or hs is None:
         raise RuntimeError(f"neuron: set_ needs a storage on neuron:0, got one on {src.device}")
     if size is None:
         size, stride = (hs.nbytes() // self.element_size(),), (1,)
     h = torch.empty(0, dtype=self.dtype, device=hs.device).set_(hs, storage_offset, size, stride)
-    shell.restride(self, h)
+    tensor_data.restride(self, h)
     tracking.executed["aten::set_"] += 1
     return self
 

@@ -13,8 +13,8 @@ Meta), and each does, in order:
 2. **Agreement**: the ranks check that they all issue this collective with the same dtype and
    element count (``checks.agree``; a mismatch raises on every rank instead of gloo aborting).
 3. **Host views**: each ``neuron`` tensor argument becomes its host view, a tensor sharing the
-   device tensor's bytes (``shell.host``). No copy: a collective that writes (all-reduce, recv,
-   an all-gather's output) writes the device tensor's own bytes, so in-place semantics hold.
+   device tensor's bytes (``tensor_data.host``). No copy: a collective that writes (all-reduce,
+   recv, an all-gather's output) writes the device tensor's own bytes, so in-place semantics hold.
 4. **Transport**: the same op runs on the host views, dispatched to the host executor's kernel,
    which hands them to the process group's backend for the host device — gloo for the CPU
    executor. The group's ``neuron`` backend (``process_group.py``) is that same gloo instance and is
@@ -43,7 +43,7 @@ import torch
 from .. import runtime
 from . import checks
 from .checks import tensors_in
-from ..device import shell, tracking
+from ..device import tensor_data, tracking
 from ..device.executor import host_device
 
 C = torch._C._distributed_c10d
@@ -80,7 +80,7 @@ _raising_work = None    # the native ``neuron_lab_c10d::work_from_future`` (set 
 def _to_host(a):
     """Host view of a neuron tensor (nested lists too); anything else unchanged."""
     if isinstance(a, torch.Tensor):
-        return shell.host(a) if a.device.type == _NEURON else a
+        return tensor_data.host(a) if a.device.type == _NEURON else a
     if isinstance(a, (list, tuple)):
         return type(a)(_to_host(x) for x in a)
     return a

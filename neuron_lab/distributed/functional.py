@@ -9,9 +9,9 @@ mode also wait before returning. Why: an ``AsyncCollectiveTensor`` defers its wa
 (``view``, ``t``, slicing), and a deferred view is a pending tensor with a storage of its own
 until its region runs, so ``wait_tensor`` on it would find no work — the next op would read the
 buffer before gloo wrote it, and the registry would keep every unwaited work (and its tensors)
-alive. In eager mode a view shares its base's storage (``shell.view_of``), the lookup succeeds,
-and collectives stay asynchronous. A collective is a region boundary in adaptive mode in any
-case (``collectives.py``), so waiting there loses no fusion.
+alive. In eager mode a view shares its base's storage (``tensor_data.view_of``), the lookup
+succeeds, and collectives stay asynchronous. A collective is a region boundary in adaptive mode in
+any case (``collectives.py``), so waiting there loses no fusion.
 """
 from __future__ import annotations
 

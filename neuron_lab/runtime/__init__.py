@@ -3,7 +3,7 @@
 ``set_mode("adaptive" | "eager")`` (env ``NEURON_LAB_MODE``; default adaptive), ``mode(...)``
 scoped, ``sync(reason)`` flushes queued work. Importing this package changes nothing:
 ``install()`` (``import neuron_lab`` calls it) creates the ``Runtime`` and plugs it into the
-device's seam; ``current()`` is the installed one, and the functions below act on it
+device's runtime interface; ``current()`` is the installed one, and the functions below act on it
 (``installation.py``). Stages, one module each: ``verdict`` (is a call queued, and if not,
 why), ``record`` (the queued op and its key), ``adaptive`` (queue, region formation, launches),
 ``deferral`` (pending outputs along a known region), ``segment`` (the queued ops' state, shared

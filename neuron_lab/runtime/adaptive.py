@@ -1,6 +1,6 @@
 """The adaptive engine: queue ops, cut them into regions, recognise regions, launch them fused.
 
-State machine per op (``Engine.launch``, installed through the device's ``seam``):
+State machine per op (``Engine.launch``, installed through the device's ``runtime_interface``):
 
 - **capture** (default at a segment start when the trie knows no region starting with this op):
   the op runs now (per-op) and is recorded. The segment ends at a *boundary* and is cached as a
@@ -8,8 +8,8 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
   a cell or script, the start and end of ``Optimizer.step()`` (a training step is then two
   regions, forward+backward and the update; with ``NEURON_LAB_BACKWARD_BOUNDARY`` the start of
   a ``backward()`` of ``neuron`` roots ends the forward's, through the device's
-  ``seam.boundary``), ops that cannot be queued (``verdict.py`` decides, with the reason:
-  RNG other than dropout's mask and random factories, which are drawn at the call without a
+  ``runtime_interface.boundary``), ops that cannot be queued (``verdict.py`` decides, with the
+  reason: RNG other than dropout's mask and random factories, which are drawn at the call without a
   cut; host fallbacks; CPU tensor arguments other than 0-dim ones, which are copied to the
   device at the call), the queue limit (1024), and the **repeated-suffix rule**
   (``repeated_suffix.py``: a segment that has gone ``NEURON_LAB_PERIOD_AFTER`` = 256 ops
@@ -30,7 +30,7 @@ State machine per op (``Engine.launch``, installed through the device's ``seam``
 A region nobody waits for (the next op left its path, a step's phase boundaries) is
 launched on the device's thread (``launch_queue``) and the host goes on; a flush for a value,
 a sync point or any op the host runs now waits for that queue first, unless the values it
-reads depend on nothing queued (``early``).
+reads depend on nothing queued (``cone_reads``).
 """
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ import time
 
 import torch
 
-from ..device import events, kernels, memory, seam, shell, tracking
-from . import (dropout, early, errors, knobs, pending, policy, repeated_suffix, replay, verdict,
-               worker)
+from ..device import events, kernels, memory, runtime_interface, tensor_data, tracking
+from . import (cone_reads, dropout, errors, knobs, pending, policy, repeated_suffix, replay,
+               verdict, worker)
 from .cache import RegionCache
 from .deferral import Deferral
 from .interrupts import deferred_interrupts
@@ -70,7 +70,7 @@ class Engine(Deferral):
     at a time in issue order anyway (see ``device/streams.py``); what the lock serialises is
     the host work of launching, not the threads' other Python. A launch queued on the device's
     thread (``queue``) runs without the lock: it touches only its own records, their region and
-    the pending shells it fills.
+    the pending tensors it fills.
 
     The segment's state (the queued records, the producers map, the trie position, the
     pending-bytes bound...) is ``seg`` (segment.py), one object for the engine's life that the
@@ -81,7 +81,7 @@ class Engine(Deferral):
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.queue = LaunchQueue()
-        self._early = 0         # the thread running a read ``early`` made independent
+        self._reading_thread = 0   # the thread running a read ``cone_reads`` made independent
         self.seg = Segment()    # one for the engine's life: the C path holds it
         self.forget()
 
@@ -94,7 +94,7 @@ class Engine(Deferral):
         self.stats = self.cache.stats
         self.stats.update({"launches_per_op": 0, "launches_fused": 0, "ops_fused": 0,
                            "ops_per_op": 0, "ops_deferred": 0, "flushes": {}, "max_depth": 0,
-                           "verify_mismatches": 0, "early_values": 0})
+                           "verify_mismatches": 0, "reads_served": 0})
         seg.root = self.cache.root
         seg.stats = self.stats
         self._reset()
@@ -117,7 +117,7 @@ class Engine(Deferral):
         if knobs.MODE.get() != "adaptive":
             if seg.records or self.queue.busy():
                 self.flush("mode")
-                seam.run_directly(True)     # nothing queued: the device may run ops itself
+                runtime_interface.run_directly(True)   # nothing queued: the device runs ops itself
             return _execute(f, args, kwargs)
         with self.lock:
             node = seg.node
@@ -179,8 +179,8 @@ class Engine(Deferral):
             if v.call is None:              # dropout: its mask drawn now, its products queued
                 return dropout.queued(f, args, kwargs)
             return self._run_now(f, *v.call)   # a factory, a *_like: drawn now, no cut
-        if self.queue.busy() and early.take(self, f, args, kwargs):
-            return self._run_early(f, args, kwargs)     # RUN_NOW: reads nothing queued
+        if self.queue.busy() and cone_reads.serve(self, f, args, kwargs):
+            return self._run_read_now(f, args, kwargs)     # RUN_NOW: reads nothing queued
         self.flush(v.reason)
         return self._run_now(f, args, kwargs)
 
@@ -197,15 +197,15 @@ class Engine(Deferral):
         worker._add("ops_per_op", 1, self.stats)
         return _execute(f, args, kwargs)
 
-    def _run_early(self, f, args, kwargs):
-        """Run a sync point whose values ``early`` gave now, without waiting for the queue (it
+    def _run_read_now(self, f, args, kwargs):
+        """Run a sync point whose values ``cone_reads`` gave now, without waiting for the queue (it
         reads nothing a queued launch writes); the segment goes on deferring."""
-        self.stats["early_values"] += 1
-        self._early = threading.get_ident()
+        self.stats["reads_served"] += 1
+        self._reading_thread = threading.get_ident()
         try:
             return self._run_now(f, args, kwargs)
         finally:
-            self._early = 0
+            self._reading_thread = 0
 
     # --- capture -------------------------------------------------------------------------
     def _capture(self, f, args, kwargs, targs, tkw, key):
@@ -314,9 +314,9 @@ class Engine(Deferral):
             self.queue.drain()
 
     def boundary(self, reason: str) -> None:
-        """The device's ``seam.boundary``: a step's phase ends (``Optimizer.step()`` starts or
-        ends; a backward pass starts, with ``NEURON_LAB_BACKWARD_BOUNDARY``) and nothing reads
-        a value here: end the segment without waiting, so a region decided fused goes to the
+        """The device's ``runtime_interface.boundary``: a step's phase ends (``Optimizer.step()``
+        starts or ends; a backward pass starts, with ``NEURON_LAB_BACKWARD_BOUNDARY``) and nothing
+        reads a value here: end the segment without waiting, so a region decided fused goes to the
         device's thread and the host issues the next phase's ops meanwhile."""
         if reason == "backward" and not knobs.BACKWARD_BOUNDARY.get():
             return
@@ -356,22 +356,22 @@ class Engine(Deferral):
         self.last_error = errors.explain(e, n, where) or self.last_error
 
     def wait_launches(self) -> None:
-        """The device's ``seam.wait_launches``: wait for the launches queued on the device's thread
-        (not for the read ``_run_early`` runs)."""
-        if self._early != threading.get_ident():
+        """The device's ``runtime_interface.wait_launches``: wait for the launches queued on the
+        device's thread (not for the read ``_run_read_now`` runs)."""
+        if self._reading_thread != threading.get_ident():
             self.queue.wait()
 
     def materialize(self, s) -> Tensor:
-        """The host value of pending tensor ``s`` (the device asks through its seam): run the
-        queued work that computes it."""
+        """The host value of pending tensor ``s`` (the device asks through its runtime interface):
+        run the queued work that computes it."""
         if self.queue.on_worker():   # a queued launch's input: the launches before it filled
             d = s.__dict__.get("_d")  # it, unless one of them failed
-            d = d if isinstance(d, Tensor) else shell._recover(s)
+            d = d if isinstance(d, Tensor) else tensor_data._recover(s)
         else:
             with self.lock:      # the flush and the read: another thread cannot refill it between
                 self.flush("materialize")
                 d = s.__dict__.get("_d")
-                d = d if isinstance(d, Tensor) else shell._recover(s)
+                d = d if isinstance(d, Tensor) else tensor_data._recover(s)
         if d is None:   # its producer was deferred and failed: never hand out a made-up value
             raise errors.no_value(s, self.last_error)
         return d

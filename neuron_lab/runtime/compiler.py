@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from ..device import shell
+from ..device import tensor_data
 from ..device.executor import host_device
 from . import native
 from .extern_ops import EXTERN
@@ -198,7 +198,7 @@ def build(records: list, required: set) -> tuple[fx.GraphModule, Plan, list]:
                 placeholders.append(g.placeholder(f"in{sid}"))
                 # the example: the input's layout on a storage of its own, without values
                 # (the compile fakes it)
-                h = shell.host(a)
+                h = tensor_data.host(a)
                 examples.append(torch.empty_strided(h.shape, h.stride(), dtype=h.dtype,
                                                     device=h.device))
             occurrences.append((i, path))

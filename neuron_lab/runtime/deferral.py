@@ -1,8 +1,8 @@
 """Deferral: hand out an op's outputs as pending tensors while its region is still arriving.
 
 An op whose key continues a known trie path does not run: the trie node predicts its outputs'
-metadata, so each output is a new pending tensor (``device/shell.py``) that the region's launch
-fills later. Per output that is one tensor creation, two weak references and two producer
+metadata, so each output is a new pending tensor (``device/tensor_data.py``) that the region's
+launch fills later. Per output that is one tensor creation, two weak references and two producer
 entries in the segment's map; the memory bound is one addition and one comparison
 (``_admit_pending``). A node's plan (``record.out_plan``, ``record.FastOut``) is derived at its
 first deferral, here.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import memory, shell, tracking
+from ..device import memory, tensor_data, tracking
 from ..device.dtypes import HOST_ONLY
 from . import native, pending
 from .cache import Node
@@ -29,9 +29,9 @@ from .segment import Segment
 
 Tensor = torch.Tensor
 _executed = tracking.executed
-# _defer's shells for several outputs: deferral_shells.cpp where the extension is built
-_pending = native.implementation("pending", shell.pending)
-_pending_dense = native.implementation("pending_dense", shell.pending_dense)
+# _defer's device tensors for several outputs: pending_tensors.cpp where the extension is built
+_pending = native.implementation("pending", tensor_data.pending)
+_pending_dense = native.implementation("pending_dense", tensor_data.pending_dense)
 _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
 
@@ -84,7 +84,7 @@ class Deferral:
                 t = args[a] if type(a) is int else kwargs[a]
                 m = spec.meta
                 if f.restride and m is not None:           # t_, squeeze_, resize_...: new shape now
-                    shell.restride_meta(t, m.size, m.stride, m.offset)
+                    tensor_data.restride_meta(t, m.size, m.stride, m.offset)
                 outs.append(t)
                 pairs.append(None)
             else:                                          # not a tensor
@@ -116,7 +116,7 @@ class Deferral:
             if seg.queued_bytes > seg.headroom:
                 self._admit_pending(f, fast.nbytes)
         if fast.dense:
-            t = _create(fast.size, fast.dtype)    # shell.pending_dense, inline
+            t = _create(fast.size, fast.dtype)    # tensor_data.pending_dense, inline
             st = t.untyped_storage()
             st._h = None
             t._d = None
@@ -157,8 +157,8 @@ class Deferral:
 
     def pending_bytes(self) -> int:
         """Bytes of this segment's pending outputs still alive and still without a value (the
-        device's ``seam.pending_bytes``: they count in ``memory_allocated()``). May be called
-        from another thread (the telemetry sampler): reads a snapshot of the queue."""
+        device's ``runtime_interface.pending_bytes``: they count in ``memory_allocated()``). May be
+        called from another thread (the telemetry sampler): reads a snapshot of the queue."""
         seg = self.seg
         n = pending.unfilled_bytes(list(seg.records)) if seg.queued_bytes else 0
         if self.queue.busy():    # launches queued on the device's thread, not yet filled

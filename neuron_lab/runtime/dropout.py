@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import memory, shell, tracking
+from ..device import memory, tensor_data, tracking
 from ..device.executor import host_device
 from ..device.kernels import RANDOM_ON_HOST
 
@@ -45,7 +45,7 @@ def queued(f, args, kwargs):
     tracking.record_fallback(f.name, RANDOM_ON_HOST)     # as the eager kernel records it
     hs = h.untyped_storage()
     memory.track(hs, f.name)
-    mask = shell.wrap(h, hs)
+    mask = tensor_data.wrap(h, hs)
     return _mul(x, mask).mul_(scale), mask
 
 

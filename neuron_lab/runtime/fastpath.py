@@ -1,5 +1,5 @@
 """The engine's deferral hot path in C (``runtime/csrc/deferral.cpp``), and the engine as the
-device's seam sees it.
+device's runtime interface sees it.
 
 ``Engine.launch`` (Python) is the reference: for an op that continues a known region path it
 builds the op's key, looks the next trie node up and hands out one pending tensor
@@ -7,7 +7,7 @@ builds the op's key, looks the next trie node up and hands out one pending tenso
 map, the trie's dicts, ``QueuedOp`` records): 1.3-2 us per deferred op less than the Python
 path (docs/performance.md, "Host work per op"). It also captures an op met in the middle of a
 segment that no known region continues (``Engine._capture``: run it now, record it) with the
-same pieces (the direct kernel's ``run_handed``, else ``kernels.run_now``;
+same pieces (the direct kernel's ``run_boxed_call``, else ``kernels.run_now``;
 ``tracking.user_frame_token``'s rule, in C; ``record.record_run``;
 ``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list,
 none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence, a
@@ -33,8 +33,8 @@ from . import adaptive, host_scalars, record, verdict
 from .native import extension
 
 
-class SeamRuntime:
-    """What the device's seam calls: the engine's flush, materialize, pending_bytes,
+class NativeLaunchRuntime:
+    """What the device's runtime interface calls: the engine's flush, materialize, pending_bytes,
     wait_launches and boundary, and a launch that takes the C hot path."""
     __slots__ = ("launch", "flush", "materialize", "pending_bytes", "wait_launches", "boundary")
 
@@ -47,8 +47,8 @@ class SeamRuntime:
         self.pending_bytes = engine.pending_bytes
 
 
-def seam_runtime(engine: adaptive.Engine):
-    """The object to ``seam.install``: ``engine`` itself, or with its launch in C."""
+def runtime_for(engine: adaptive.Engine):
+    """The object to ``runtime_interface.install``: ``engine`` itself, or with its launch in C."""
     ext = extension()
     if ext is None:
         return engine
@@ -68,9 +68,9 @@ def seam_runtime(engine: adaptive.Engine):
         "float_key": record.FLOAT, "produced": record.Produced, "queued": record.QueuedOp,
         "rebuild": record.rebuild, "pending_kind": record.PENDING,
         "not_tensor_kind": record.NOT_TENSOR,
-        "shell_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
+        "device_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
-        "run_now": kernels.run_now, "run_handed": kernels._run_handed,
+        "run_now": kernels.run_now, "run_boxed_call": kernels._run_boxed_call,
         "host_copied": host_scalars.copied,
         "backward_callers": tracking._backward_callers,
         "record_run": record.record_run, "not_user_prefixes": tracking.NOT_USER_PREFIXES,
@@ -79,7 +79,7 @@ def seam_runtime(engine: adaptive.Engine):
     })
     engine.describe = ext.describe      # capture's keys too (the same keys, ~3 us less per op)
     tracking.count_native(_deferred_counts)      # the C path counts its ops per facts
-    return SeamRuntime(engine, ext.launch)
+    return NativeLaunchRuntime(engine, ext.launch)
 
 
 def _deferred_counts() -> dict:
@@ -99,7 +99,7 @@ def follow_mode(adaptive: bool) -> None:
 
 
 def counts() -> tuple[int, int]:
-    """(ops deferred on the C path, launches it handed to the Python engine); (0, 0) without it."""
+    """(ops deferred on the C path, launches it passed to the Python engine); (0, 0) without it."""
     ext = extension()
     return tuple(ext.counts()) if ext is not None else (0, 0)
 

@@ -8,7 +8,7 @@ reaches ``run`` (the policy compiles the region again, its rule 7).
 
 Outputs come back in eager's layout. Inductor may lay a graph output out its own way (a ``cat``
 of an empty KV cache and a transposed key, Transformers' ``DynamicCache.update``, came back
-with the key's strides where eager's ``cat`` is contiguous), but the pending shell was made with
+with the key's strides where eager's ``cat`` is contiguous), but the pending tensor was made with
 eager's strides (the op's ``OutMeta``) and everything downstream reads them: the key of a region
 taking the tensor as input, the views other Python objects rebuild on its storage, a later
 program's input guards. At a program's first launch ``layout.misplaced`` finds the outputs it
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from ..device import shell
+from ..device import tensor_data
 from . import knobs, native
 from .compiler import Plan, arg_at, packed_scalars, scalar_values
 from .layout import misplaced, strided_copy
@@ -31,10 +31,10 @@ class FloatsChanged(Exception):
 
 
 def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
-    """Each distinct tensor at the plan's argument paths, in order, as ``host`` (shell.host_now)
-    gives it; None if the tensors alias otherwise than ``pattern`` (the compile-time slots).
-    ``host_inputs`` is its C implementation (csrc/records.cpp): this loop costs microseconds of Python
-    per input, on every launch."""
+    """Each distinct tensor at the plan's argument paths, in order, as ``host``
+    (tensor_data.host_now) gives it; None if the tensors alias otherwise than ``pattern`` (the
+    compile-time slots). ``host_inputs`` is its C implementation (csrc/records.cpp): this loop costs
+    microseconds of Python per input, on every launch."""
     slots: dict[int, int] = {}
     inputs = []
     for (i, path), want in zip(occurrences, pattern):
@@ -63,7 +63,7 @@ held_call = native.implementation("held_call", held_call_py)
 def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:
     """The host tensors to call the program with, or None if the aliasing pattern differs.
     ``packed``: the scalars input to use instead of packing this launch's floats."""
-    inputs = host_inputs(plan.occurrences, plan.pattern, records, shell.host_now)
+    inputs = host_inputs(plan.occurrences, plan.pattern, records, tensor_data.host_now)
     if inputs is None:
         return None
     if plan.scalars:

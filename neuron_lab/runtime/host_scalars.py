@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import memory, shell
+from ..device import memory, tensor_data
 from ..device.dtypes import HOST_ONLY
 from ..device.executor import host_device
 
@@ -38,7 +38,7 @@ def _on_device(a: Tensor, name: str) -> Tensor:
     h = a.detach().to(host_device(), copy=True)
     hs = h.untyped_storage()
     memory.track(hs, name)
-    return shell.wrap(h, hs)
+    return tensor_data.wrap(h, hs)
 
 
 def _kept(f) -> frozenset:

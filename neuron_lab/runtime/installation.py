@@ -1,10 +1,10 @@
 """The runtime as one object: ``Runtime`` owns an adaptive engine; ``install`` plugs it into the
-device's seam.
+device's runtime interface.
 
 Importing the runtime changes nothing in the process. ``install()`` (``import neuron_lab`` calls
 it once the device is registered) creates a ``Runtime`` or takes one, routes the device's calls
-to it (``device.seam``) and, the first time, connects what the installed runtime needs from the
-process:
+to it (``device.runtime_interface``) and, the first time, connects what the installed runtime needs
+from the process:
 
 - the mode knob (``NEURON_LAB_MODE``, ``set_mode``): in eager mode with nothing queued the
   device's C++ kernels run plain ops themselves, without calling the runtime;
@@ -26,7 +26,7 @@ import contextlib
 import os
 import threading
 
-from ..device import seam, tracking
+from ..device import runtime_interface, tracking
 from ..device.config import ConfigError
 from ..device.executor import synchronize as _executor_sync
 from . import fastpath, knobs, worker
@@ -141,7 +141,7 @@ def install(runtime: Runtime | None = None) -> Runtime:
         if old is not None:
             old.flush("runtime-switch")
         _current = rt
-        seam.install(fastpath.seam_runtime(rt.engine))
+        runtime_interface.install(fastpath.runtime_for(rt.engine))
         _follow_mode()
         return rt
 
@@ -173,10 +173,10 @@ def _connect_process() -> None:
 
 
 def _follow_mode() -> None:
-    """In eager mode with nothing queued the device runs direct ops itself (``seam.direct``:
-    in C++, without calling the engine); adaptive mode sends every op to the engine. An eager
-    op that finds ops still queued (the mode set without ``set_mode``'s flush) reaches
-    ``Engine.launch``, which flushes them and turns the switch on."""
+    """In eager mode with nothing queued the device runs direct ops itself
+    (``runtime_interface.direct``: in C++, without calling the engine); adaptive mode sends every op
+    to the engine. An eager op that finds ops still queued (the mode set without ``set_mode``'s
+    flush) reaches ``Engine.launch``, which flushes them and turns the switch on."""
     rt = _current
     if rt is None:
         return
@@ -188,14 +188,14 @@ def _follow_mode() -> None:
     fastpath.follow_mode(mode == "adaptive")
     if eager:
         rt.engine.queue.wait()  # the device's C++ kernels run eager ops after queued launches
-    seam.run_directly(eager and not rt.engine.seg.records)
+    runtime_interface.run_directly(eager and not rt.engine.seg.records)
 
 
 def _optimizer_step_boundary(*_) -> None:
     """``Optimizer.step()`` starts and ends a region (PyTorch's global step hooks): the
     optimizer update is one region and forward+backward another (with
     ``NEURON_LAB_BACKWARD_BOUNDARY``, a backward pass's start ends the forward's: the device's
-    ``seam.boundary``), from a training loop's second step on, with no sync and no
+    ``runtime_interface.boundary``), from a training loop's second step on, with no sync and no
     ``mark_step()``; a re-run notebook cell finds the steps its first run cached, although that
     run's first step also created the optimizer's state."""
     if _current is not None:

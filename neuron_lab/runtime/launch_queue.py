@@ -8,20 +8,20 @@ waiting for — it ended because the next op left its path, at ``Optimizer.step(
 end, or (``NEURON_LAB_BACKWARD_BOUNDARY``) at a ``backward()``'s start — and whose fused program
 is decided on is queued here and run by one worker thread (``Engine._launch`` says which
 launches, and why not the others); the host returns to the user's Python at once. Its outputs
-are pending shells until the worker fills them, exactly as they were between deferral and
+are pending tensors until the worker fills them, exactly as they were between deferral and
 launch, so the host can defer ops that read them, and the next region's launch reads them filled
 (jobs run in issue order).
 
-Every place the host touches device data waits for the queue first (``drain``): the seam's flush
-(a value read, a sync point, an event, a stream or device synchronize), an op the engine runs at
-once (capture, a boundary op, a divergence's per-op replay), eager mode, reading a pending value
-(``Engine.materialize``) and any host read of a device tensor (``shell.host`` through
-``seam.wait_launches``: a queued optimizer update may still write a parameter in place). So the host
-never sees a value before the launch that writes it, nor writes a tensor a queued launch still
-reads: in-order execution, as before, with the host's Python overlapped with the device's work
-(the model's Python and the next step's deferral run while the previous step's program runs; the
-programs' ATen calls release the GIL). ``NEURON_LAB_ASYNC=0`` runs every launch on the issuing
-thread, as before.
+Every place the host touches device data waits for the queue first (``drain``): the runtime
+interface's flush (a value read, a sync point, an event, a stream or device synchronize), an op the
+engine runs at once (capture, a boundary op, a divergence's per-op replay), eager mode, reading a
+pending value (``Engine.materialize``) and any host read of a device tensor (``tensor_data.host``
+through ``runtime_interface.wait_launches``: a queued optimizer update may still write a parameter
+in place). So the host never sees a value before the launch that writes it, nor writes a tensor a
+queued launch still reads: in-order execution, as before, with the host's Python overlapped with the
+device's work (the model's Python and the next step's deferral run while the previous step's program
+runs; the programs' ATen calls release the GIL). ``NEURON_LAB_ASYNC=0`` runs every launch on the
+issuing thread, as before.
 
 A launch that raises on the worker keeps its error; the next ``drain`` on a user thread raises
 it (once), as a device reports an asynchronous failure at the next synchronization; the values

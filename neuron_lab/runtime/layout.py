@@ -1,8 +1,8 @@
 """Host tensors in a given layout (size, stride, storage offset).
 
-A neuron tensor's shell carries eager's layout (its op's ``OutMeta``) and its host value must
+A neuron tensor carries eager's layout (its op's ``OutMeta``) and its host value must
 have the same one: the region key of a later region reading it, the views other Python objects
-rebuild on its storage and a fused program's input guards all read the shell. Fused programs
+rebuild on its storage and a fused program's input guards all read the device tensor. Fused programs
 do not always give it (see ``fused``); example inputs for a compile must have it exactly, also
 when eager's layout overlaps (an ``expand``ed input: stride 0).
 """

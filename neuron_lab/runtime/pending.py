@@ -1,6 +1,6 @@
-"""Pending outputs: which of a region's handed-out tensors are still alive, and giving them values.
+"""Pending outputs: which of a region's passed-out tensors are still alive, and giving them values.
 
-A deferred op's outputs are pending shells (``shell.pending``); the record keeps a weak pair
+A deferred op's outputs are pending tensors (``tensor_data.pending``); the record keeps a weak pair
 (tensor, storage) per output (``record.weak_ref``: c10 weak pointers where the runtime's
 extension is built, ``weakref.ref`` otherwise; both are called, ``w()``). When the region runs
 — per-op (``replay``) or fused (``fused``) — every pending tensor still alive receives its host
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import memory, shell
+from ..device import memory, tensor_data
 from . import native
 
 Tensor = torch.Tensor
@@ -56,7 +56,7 @@ def unfilled_bytes(records: list) -> int:
 
 
 def fill(target, h: Tensor) -> None:
-    """Give a pending shell (or the storage of one's shallow copies) its host value; the host
+    """Give a pending tensor (or the storage of one's shallow copies) its host value; the host
     storage is counted as device memory from now on (``memory``: pending outputs are not
     allocated before their region runs)."""
     st = h.untyped_storage()
@@ -64,9 +64,9 @@ def fill(target, h: Tensor) -> None:
     memory.track(st)
     if is_tensor:
         if target.__dict__.get("_d", 0) is None:
-            shell.fill(target, h)
+            tensor_data.fill(target, h)
     elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
-        shell.bind(target, st)
+        tensor_data.bind(target, st)
 
 
 def live_outputs_py(records: list) -> set:

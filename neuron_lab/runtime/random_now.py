@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import shell
+from ..device import tensor_data
 from ..device.executor import host_device
 
 Tensor = torch.Tensor
@@ -42,7 +42,7 @@ def arguments(f, args, kwargs):
             return None
     if kwargs and any(isinstance(v, (Tensor, list, tuple)) for v in kwargs.values()):
         return None
-    if like and shell.is_pending(args[0]):
+    if like and tensor_data.is_pending(args[0]):
         args = (_stand_in(args[0]), *args[1:])
     return args, kwargs
 
@@ -50,5 +50,5 @@ def arguments(f, args, kwargs):
 def _stand_in(t: Tensor) -> Tensor:
     """A device tensor with ``t``'s sizes, strides and dtype and no value: all a ``*_like``
     reads (its output gets ``t``'s layout where ``t`` is dense, as ``empty_like`` decides)."""
-    return shell.wrap(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+    return tensor_data.wrap(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                           device=host_device()))

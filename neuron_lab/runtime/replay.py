@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ..device import shell
+from ..device import tensor_data
 from ..device.executor import host_device
 from . import native
 from .pending import alive, fill
@@ -97,5 +97,5 @@ replay = native.implementation("replay", replay_py)
 def per_op(records: list) -> float:
     """Replay ``records`` one op at a time on the host; returns host seconds."""
     t0 = time.perf_counter()
-    replay(records, shell.host_now, fill, Ref, torch.device, host_device)
+    replay(records, tensor_data.host_now, fill, Ref, torch.device, host_device)
     return time.perf_counter() - t0

@@ -18,8 +18,8 @@ The verdict is one of:
                    ``rng`` (a draw that writes or reads tensors), ``host-arg`` (a CPU tensor
                    argument), ``unqueueable`` (returns a Python value, touches the host)
 ``RUN_NOW``        a ``BOUNDARY`` the engine serves without waiting for the device's queue: a
-                   read whose inputs nothing queued writes (``early.py``); decided by the engine
-                   from its queue, not here
+                   read whose inputs nothing queued writes (``cone_reads.py``); decided by the
+                   engine from its queue, not here
 =================  ===============================================================================
 
 What is decided once, per op: ``plain(f)`` (every call of ``f`` is queued: no RNG, no

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten
 
-from ..device import shell
+from ..device import tensor_data
 
 
 # Reruns of the CPU reference on fresh copies, so allocation-dependent kernels show it. Only after
@@ -46,7 +46,7 @@ class Run:
 
 def _storage_key(t: torch.Tensor):
     try:
-        h = shell.host(t) if t.device.type == "neuron" else t
+        h = tensor_data.host(t) if t.device.type == "neuron" else t
         p = h.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):   # sparse and other storage-less layouts
         return None

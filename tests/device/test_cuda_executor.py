@@ -13,17 +13,17 @@ import torch
 
 CHECK = textwrap.dedent("""
     import torch, neuron_lab
-    from neuron_lab.device import executor, shell
+    from neuron_lab.device import executor, tensor_data
     assert executor.executor_name() == "cuda"
     torch.manual_seed(0)
     c = torch.randn(64, 32)
     n = c.to("neuron")
-    assert n.device == torch.device("neuron", 0) and shell.host(n).is_cuda
+    assert n.device == torch.device("neuron", 0) and tensor_data.host(n).is_cuda
     assert torch.allclose((n @ n.t()).cpu(), (c.cuda() @ c.cuda().t()).cpu())
     assert torch.neuron.memory_allocated() == 64 * 32 * 4      # n; the product was freed
     w = torch.randn(32, 8, device="neuron", requires_grad=True)
     (n @ w).relu().sum().backward()
-    assert w.grad.device.type == "neuron" and shell.host(w.grad).is_cuda
+    assert w.grad.device.type == "neuron" and tensor_data.host(w.grad).is_cuda
     torch.manual_seed(3); a = torch.randn(5, device="neuron")
     torch.manual_seed(3); b = torch.randn(5, device="cuda")
     assert torch.equal(a.cpu(), b.cpu())                 # RNG: the GPU's generator

@@ -1,6 +1,6 @@
 """The direct eager kernel (device/csrc/direct.cpp): plain ops in eager mode run in C++ without
 entering Python, with the Python kernel's results, errors, memory accounting and op counts; every
-other call reaches the generic kernel (seam.launch or execute, called from C++:
+other call reaches the generic kernel (runtime_interface.launch or execute, called from C++:
 test_python_call.py)."""
 import gc
 import os
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import config, executor, registry, seam, shell
+from neuron_lab.device import config, executor, registry, runtime_interface, tensor_data
 from neuron_lab.runtime import knobs
 
 pytestmark = pytest.mark.skipif(
@@ -38,9 +38,9 @@ def direct_runs(fn):
 
 
 def test_eager_mode_turns_the_direct_kernel_on_and_adaptive_mode_off():
-    assert seam.direct and ext.direct_enabled()
+    assert runtime_interface.direct and ext.direct_enabled()
     with neuron_lab.mode("adaptive"):
-        assert not seam.direct and not ext.direct_enabled()
+        assert not runtime_interface.direct and not ext.direct_enabled()
     assert ext.direct_enabled()
 
 
@@ -142,7 +142,7 @@ def test_a_direct_output_is_a_full_device_tensor_for_python():
     assert "_d" not in c.__dict__
     st = c.untyped_storage()
     assert st.data_ptr() != 0 and st.nbytes() == 64
-    assert shell.host_storage(st).data_ptr() == st.data_ptr()
+    assert tensor_data.host_storage(st).data_ptr() == st.data_ptr()
     v = c.view(16)                                             # a view shares the storage
     assert v.untyped_storage().data_ptr() == st.data_ptr()
     c.add_(1.0)                                                # in place: the Python path
@@ -336,7 +336,7 @@ def test_threads_running_direct_ops_at_once_get_their_own_results():
 
 
 def test_the_knob_turns_the_direct_kernel_off():
-    code = ("import torch, neuron_lab; from neuron_lab.device import registry, seam\n"
+    code = ("import torch, neuron_lab; from neuron_lab.device import registry, runtime_interface\n"
             "neuron_lab.set_mode('eager')\n"
             "x = torch.randn(3).to('neuron')\n"
             "assert torch.equal((x * 2).cpu(), x.cpu() * 2)\n"
@@ -356,7 +356,7 @@ def test_run_now_runs_an_op_on_the_direct_kernel_whatever_the_switch():
     x = torch.randn(5)
     n = x.to("neuron")
     mul = facts(torch.ops.aten.mul.Tensor)
-    seam.run_directly(False)
+    runtime_interface.run_directly(False)
     try:
         out, runs = direct_runs(lambda: kernels.run_now(mul, (n, n), {}))
         assert runs == {"aten::mul.Tensor": 1} and torch.equal(out.cpu(), x * x)
@@ -368,7 +368,7 @@ def test_run_now_runs_an_op_on_the_direct_kernel_whatever_the_switch():
         with pytest.raises(RuntimeError, match="found at least two devices"):
             kernels.run_now(mul, (n, torch.ones(5)), {})          # declined, then Python's error
     finally:
-        seam.run_directly(True)
+        runtime_interface.run_directly(True)
 
 
 def test_adaptive_capture_runs_its_ops_on_the_direct_kernel():
@@ -386,7 +386,7 @@ def test_adaptive_capture_runs_its_ops_on_the_direct_kernel():
 
 def test_python_scalars_reach_the_python_kernel_as_the_same_python_numbers():
     """A declined op's wrapped numbers (``x * 1.5``: a 0-dim CPU tensor marked as a Python
-    scalar) are handed on as Scalars, which the kernel holder turns into the same Python float,
+    scalar) are passed on as Scalars, which the kernel holder turns into the same Python float,
     int, bool or complex it made from the tensor (without building a Python tensor for it)."""
     from neuron_lab import runtime
     x_cpu = torch.linspace(-1, 1, 6)
@@ -405,7 +405,7 @@ def test_python_scalars_reach_the_python_kernel_as_the_same_python_numbers():
 
 
 def test_host_view_in_c_is_the_view_recover_builds_in_python(eager, monkeypatch):
-    """shell._recover's C path (direct.cpp host_view) against its Python path, on tensors the
+    """tensor_data._recover's C path (direct.cpp host_view) against its Python path, on tensors the
     direct kernel made (no cached host view): dense, a strided view with an offset, a negative
     view; a pending tensor has none."""
     a = torch.randn(4, 6).to("neuron")
@@ -414,25 +414,25 @@ def test_host_view_in_c_is_the_view_recover_builds_in_python(eager, monkeypatch)
         assert "_d" not in x.__dict__
         got = ext.host_view(x)
         with monkeypatch.context() as m:
-            m.setattr(shell, "_host_view", None)
-            want = shell._recover(x)
+            m.setattr(tensor_data, "_host_view", None)
+            want = tensor_data._recover(x)
         assert type(got) is torch.Tensor and got.device.type == "cpu"
         assert (got.data_ptr(), got.shape, got.stride(), got.storage_offset(), got.dtype) == \
             (want.data_ptr(), want.shape, want.stride(), want.storage_offset(), want.dtype)
         assert got.is_neg() == want.is_neg() and not got.requires_grad
         assert torch.equal(got.resolve_neg(), want.resolve_neg())
     fresh = a * 3                                   # the C path caches the view it builds
-    assert shell.host(fresh) is fresh._d and torch.equal(fresh._d, a.cpu() * 3)
-    assert ext.host_view(shell.pending_dense((2, 3), torch.float32)) is None   # no bytes yet
+    assert tensor_data.host(fresh) is fresh._d and torch.equal(fresh._d, a.cpu() * 3)
+    assert ext.host_view(tensor_data.pending_dense((2, 3), torch.float32)) is None   # no bytes yet
     assert ext.host_view(torch.randn(2)) is None    # not a neuron tensor
 
 
 def test_capture_runs_the_handed_call_on_the_dispatchers_arguments(monkeypatch):
-    """Capture runs the op the direct kernel handed to the runtime on the arguments the
-    dispatcher passed (``run_handed``), not through the op's Python binding again
+    """Capture runs the op the direct kernel passed to the runtime on the arguments the
+    dispatcher passed (``run_boxed_call``), not through the op's Python binding again
     (``run_here``): a new tensor, a view, an in-place op (its self comes back), a wrapped number
     (``x * 1.5``) and several outputs, each on the direct kernel, equal to CPU's. Outside the
-    handed call it runs nothing."""
+    passed call it runs nothing."""
     from neuron_lab import runtime
     from neuron_lab.device import kernels
     bound = []
@@ -461,4 +461,4 @@ def test_capture_runs_the_handed_call_on_the_dispatchers_arguments(monkeypatch):
     assert torch.equal(y.cpu(), y_cpu) and torch.equal(v.cpu(), y_cpu.view(32))
     assert torch.equal(s.cpu(), y_cpu * 1.5)
     assert all(torch.equal(g.cpu(), e) for g, e in zip(ln, want_ln))
-    assert ext.run_handed((a, w)) is None            # no call handed to this thread now
+    assert ext.run_boxed_call((a, w)) is None            # no call passed to this thread now

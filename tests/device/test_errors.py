@@ -95,6 +95,6 @@ def test_numpy_and_data_ptr_behave_like_an_accelerator():
 
 
 def test_foreign_tensor_without_device_data_is_explained():
-    t = torch._C._acc.create_empty_tensor((3,), torch.float32)   # a neuron shell nobody filled
+    t = torch._C._acc.create_empty_tensor((3,), torch.float32)   # a neuron tensor nobody filled
     with pytest.raises(RuntimeError, match="has no device data"):
         t + 1

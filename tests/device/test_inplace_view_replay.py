@@ -4,9 +4,9 @@ the tensor they are called on, also when the adaptive runtime replays a region i
 Found by the adaptive OpInfo sweep (``quantile``: its decomposition ends in ``squeeze_``; the
 second call of a known region gave shape [1] for []; ``vector @ matrix`` and ``F.linear`` with a
 1-D input, whose kernels end in ``squeeze_``, gave [1, n] for [n] from the third call). In eager mode the device kernel restrides
-the shell (``kernels`` → ``shell.restride``); a deferred op (``runtime/adaptive.py`` ``_defer``,
-output plan kind 0) hands back the caller's tensor unchanged, so the shell keeps its old shape
-while the host value gets the new one.
+the device tensor (``kernels`` → ``tensor_data.restride``); a deferred op (``runtime/adaptive.py``
+``_defer``, output plan kind 0) hands back the caller's tensor unchanged, so the device tensor keeps
+its old shape while the host value gets the new one.
 """
 import pytest
 import torch

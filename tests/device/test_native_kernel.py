@@ -82,12 +82,12 @@ def test_the_dispatcher_reaches_execute_through_the_c_kernel(monkeypatch):
     def spy(f, args, kwargs):
         seen.append(f.name)
         return real(f, args, kwargs)
-    from neuron_lab.device import seam
-    monkeypatch.setattr(seam, "launch", spy)      # the kernel reads seam.launch at each call
+    from neuron_lab.device import runtime_interface
+    monkeypatch.setattr(runtime_interface, "launch", spy)   # the kernel reads it at each call
     n = torch.randn(4).to("neuron")
-    seam.run_directly(False)     # else the direct kernel runs sin (test_direct_kernel.py)
+    runtime_interface.run_directly(False)   # else the direct kernel runs sin (test_direct_kernel)
     try:
         y = torch.sin(n)
     finally:
-        seam.run_directly(True)
+        runtime_interface.run_directly(True)
     assert "aten::sin" in seen and torch.equal(y.cpu(), torch.sin(n.cpu()))

@@ -1,13 +1,13 @@
 """The direct kernel's call into Python (device/csrc/python_call.cpp): an op it does not run
-itself reaches ``seam.launch`` with the arguments PyTorch's Python kernel holder would hand a
-Python kernel, so the engine's keys, the eager path and error messages see what they saw
+itself reaches ``runtime_interface.launch`` with the arguments PyTorch's Python kernel holder would
+hand a Python kernel, so the engine's keys, the eager path and error messages see what they saw
 before. The oracle is the holder itself: the same op and arguments redispatched to a Python
 kernel registered under PrivateUse3."""
 import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import config, executor, registry, seam
+from neuron_lab.device import config, executor, registry, runtime_interface
 from neuron_lab.device.op_facts import facts, overload
 
 pytestmark = pytest.mark.skipif(
@@ -66,7 +66,7 @@ def test_the_direct_kernel_hands_python_the_holders_arguments(monkeypatch):
     i = torch.tensor([0, 2]).to("neuron")
     cases = calls(a, b, i)
     ours, theirs = [], []
-    original = seam.launch
+    original = runtime_interface.launch
 
     def record(f, args, kwargs):
         ours.append((f.name, args, kwargs))
@@ -78,14 +78,14 @@ def test_the_direct_kernel_hands_python_the_holders_arguments(monkeypatch):
             name = op._schema.name[len("aten::"):] + (f".{op._overloadname}" if op._overloadname != "default" else "")
             lib.impl(name, lambda *a_, **k_: theirs.append((a_, k_)) or a_[0], "PrivateUse3")
         with neuron_lab.mode("eager"):
-            monkeypatch.setattr(seam, "launch", record)
-            seam.run_directly(False)           # every op takes the call into Python
+            monkeypatch.setattr(runtime_interface, "launch", record)
+            runtime_interface.run_directly(False)           # every op takes the call into Python
             try:
                 for op, args, kwargs in cases:
                     op(*args, **kwargs)
             finally:
-                monkeypatch.setattr(seam, "launch", original)
-                seam.run_directly(True)
+                monkeypatch.setattr(runtime_interface, "launch", original)
+                runtime_interface.run_directly(True)
         keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse3)
         for op, args, kwargs in cases:
             op.redispatch(keys, *args, **kwargs)

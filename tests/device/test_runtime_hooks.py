@@ -1,6 +1,6 @@
 """The device's hooks as the adaptive runtime fills them keep the device's contract.
 
-``shell.host(t)`` must give the host value of any neuron tensor, also one the runtime has
+``tensor_data.host(t)`` must give the host value of any neuron tensor, also one the runtime has
 deferred (a pending output): the device layer calls it for transfers, ``torch.load`` and SDPA-
 style helpers, and PyTorch's own C++ shallow copies reach it through ``_recover``.
 """
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import shell
+from neuron_lab.device import tensor_data
 from neuron_lab.runtime import knobs
 
 
@@ -27,11 +27,11 @@ def deferred():
 
 
 def test_the_runtime_defers_here(deferred):
-    assert shell.is_pending(deferred)
+    assert tensor_data.is_pending(deferred)
 
 
 def test_host_materializes_a_pending_tensor(deferred):
-    h = shell.host(deferred)
+    h = tensor_data.host(deferred)
     assert torch.equal(h.cpu(), torch.arange(8.0) * 2)
 
 

@@ -6,7 +6,7 @@ import safetensors.torch as st
 import torch
 
 import neuron_lab
-from neuron_lab.device import shell
+from neuron_lab.device import tensor_data
 
 
 def test_address_is_the_host_buffers(any_mode):
@@ -14,7 +14,7 @@ def test_address_is_the_host_buffers(any_mode):
     y = torch.arange(12.0).to("neuron")
     neuron_lab.sync()
     assert x.data_ptr() != 0 and x.data_ptr() != y.data_ptr()
-    assert x.data_ptr() == shell.host(x).data_ptr()
+    assert x.data_ptr() == tensor_data.host(x).data_ptr()
     assert x.untyped_storage().nbytes() == 48
 
 
@@ -43,14 +43,14 @@ def test_a_queued_value_gets_its_address_on_request():
             (a * 2) + 1
             neuron_lab.sync()
         y = a * 2
-        assert shell.is_pending(y)
+        assert tensor_data.is_pending(y)
         p = y.data_ptr()               # a sync point: the value (and its buffer) exists now
-        assert p != 0 and not shell.is_pending(y) and p == shell.host(y).data_ptr()
+        assert p != 0 and not tensor_data.is_pending(y) and p == tensor_data.host(y).data_ptr()
         assert y.untyped_storage().data_ptr() == p
         assert y.cpu().tolist() == [2.0] * 4
         z = a * 2
-        assert shell.is_pending(z)
-        assert z.untyped_storage().data_ptr() == shell.host(z).data_ptr() != 0
+        assert tensor_data.is_pending(z)
+        assert z.untyped_storage().data_ptr() == tensor_data.host(z).data_ptr() != 0
         neuron_lab.sync()
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import native, shell
+from neuron_lab.device import native, tensor_data
 from neuron_lab.runtime import knobs
 
 
@@ -123,11 +123,11 @@ def test_recording_an_event_runs_the_queued_work():
             (x * 2) + 1
             neuron_lab.sync()
         y = x * 2
-        assert shell.is_pending(y)
+        assert tensor_data.is_pending(y)
         flushes = native.load().guard_flushes()
         e = torch.Event("neuron")
         e.record()
-        assert not shell.is_pending(y) and e.query()
+        assert not tensor_data.is_pending(y) and e.query()
         assert native.load().guard_flushes() == flushes + 1
         assert torch.equal(y.cpu(), torch.arange(8.0) * 2)
 

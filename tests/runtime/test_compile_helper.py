@@ -78,7 +78,7 @@ def test_examples_are_layouts_on_storages_of_their_own(graphs):
     values (the compile fakes them; of their values only the packed floats are read): no copy
     of the model's parameters per compile, and no views (a fake of a view fakes its base first
     and replays the view, ~1.2 ms an input of a program load, the GIL held)."""
-    from neuron_lab.device import shell
+    from neuron_lab.device import tensor_data
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4).to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -88,7 +88,7 @@ def test_examples_are_layouts_on_storages_of_their_own(graphs):
             opt.zero_grad()
             model(x).square().mean().backward()
             opt.step()
-    hosts = [shell.host(p) for p in model.parameters()]
+    hosts = [tensor_data.host(p) for p in model.parameters()]
     assert graphs
     for gm, examples in graphs:
         for t in examples:

@@ -26,7 +26,7 @@ CHECK = textwrap.dedent("""
     import sys, torch, neuron_lab
     from torch import nn
     from neuron_lab import runtime
-    from neuron_lab.device import executor, shell
+    from neuron_lab.device import executor, tensor_data
     from neuron_lab.runtime import knobs
     assert executor.executor_name() == "cuda"
 
@@ -63,7 +63,7 @@ CHECK = textwrap.dedent("""
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-        assert all(shell.host(p).is_cuda for p in model.parameters())
+        assert all(tensor_data.host(p).is_cuda for p in model.parameters())
         return torch.tensor(losses)
 
     eager = train("eager")

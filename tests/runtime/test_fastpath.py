@@ -214,7 +214,7 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
     deferral.cpp plain_call decides them as Engine._adaptive does: deferred in C, pending,
     bitwise CPU's values; a dropout_p above 0 (random numbers) and a copy to the CPU stay
     boundaries the Python engine runs now."""
-    from neuron_lab.device import shell
+    from neuron_lab.device import tensor_data
     from neuron_lab.runtime import verdict
     F = torch.nn.functional
 
@@ -233,7 +233,7 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
             fast, slow = fastpath.counts()
             got = body(q, k, v)
         fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
-        assert all(shell.is_pending(t) for t in got)
+        assert all(tensor_data.is_pending(t) for t in got)
         # sdpa, mul, _to_copy, _to_copy, add, sum: every one in C
         assert (fast, slow) == (6, 0), (fast, slow)
         whens = {f.base: w for f, w in verdict.PLAIN_WHEN.items() if w is not None}
@@ -248,7 +248,7 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
         x = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)   # draws random numbers
         c = (q * 2.0).cpu()                                          # leaves the device
         fast2, slow2 = fastpath.counts()
-        assert not shell.is_pending(x) and c.device.type == "cpu"
+        assert not tensor_data.is_pending(x) and c.device.type == "cpu"
         assert slow2 - slow >= 2          # both went to the Python engine
         assert torch.equal(c, q_cpu * 2.0)
     assert x.shape == q.shape
@@ -258,7 +258,7 @@ def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
     """Ops whose outputs are all new (a tuple, a list of views, a foreach list) or that return
     nothing (in place, foreach) are deferred in C (deferral.cpp defer_many), as Engine._defer
     does: pending until the region runs, then the values eager gives (per-op replay: bitwise)."""
-    from neuron_lab.device import shell
+    from neuron_lab.device import tensor_data
 
     def body(a, b):
         values, indices = torch.max(a * b, 1)
@@ -276,7 +276,7 @@ def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
             rt.sync()
             fast, slow = fastpath.counts()
             got = body(a, b)
-        assert all(shell.is_pending(t) for t in got)
+        assert all(tensor_data.is_pending(t) for t in got)
         fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
         # 13 ops (mul, max, add, split, mul, var_mean, abs, abs, _foreach_sqrt, _foreach_mul_,
         # add, sub, mul): all in C, the region's first (it starts the segment from the root)
@@ -374,10 +374,11 @@ def test_ops_captured_in_c_are_recorded_as_python_records_them():
     assert c["stats"] == py["stats"] and c["loss"] == py["loss"]
 
 
-def test_a_pending_output_made_in_c_is_the_shell_python_makes():
+def test_a_pending_output_made_in_c_is_the_tensor_python_makes():
     """The C path builds a dense pending output itself (not through create_empty_tensor): it
-    must be the same kind of shell shell.pending_dense makes, and get its value like one."""
-    from neuron_lab.device import shell
+    must be the same kind of tensor ``tensor_data.pending_dense`` makes, and get its value like
+    one."""
+    from neuron_lab.device import tensor_data
     x_cpu = torch.linspace(-1, 1, 12).reshape(3, 4)
     x = x_cpu.to("neuron")
     with rt.mode("adaptive"):
@@ -386,22 +387,23 @@ def test_a_pending_output_made_in_c_is_the_shell_python_makes():
             before = fastpath.counts()[0]
             y = (x * 2.0).tanh().add(1.0)        # the region's first op starts the segment
         assert fastpath.counts()[0] == before + 3
-        ref = shell.pending_dense((3, 4), torch.float32)
+        ref = tensor_data.pending_dense((3, 4), torch.float32)
         for t in (y, ref):
             st = t.untyped_storage()
             assert (t.device, t.dtype, t.shape, t.stride(), t.requires_grad) == (
                 torch.device("neuron", 0), torch.float32, (3, 4), (4, 1), False)
             assert (st.device, st.nbytes(), t.__dict__.get("_d", 0), getattr(st, "_h", 0)) == (
                 torch.device("neuron", 0), 0, None, None)
-        assert shell.is_pending(y)
+        assert tensor_data.is_pending(y)
         rt.sync()
     assert torch.equal(y.cpu(), (x_cpu * 2.0).tanh().add(1.0))
 
 
-def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
+def test_a_strided_pending_output_made_in_c_is_the_tensor_python_makes():
     """A deferred op whose output is not contiguous at offset 0 (a transpose, a slice: pending
-    views) gets a shell with its strides and offset, like shell.pending's, and its value."""
-    from neuron_lab.device import shell
+    views) gets a device tensor with its strides and offset, like tensor_data.pending's, and its
+    value."""
+    from neuron_lab.device import tensor_data
     x_cpu = torch.linspace(-1, 1, 24).reshape(4, 6)
     x = x_cpu.to("neuron")
     with rt.mode("adaptive"):
@@ -410,7 +412,7 @@ def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
             before = fastpath.counts()[0]
             y = (x * 2.0).t()[1:, ::2]           # view outputs: strided, at an offset
         assert fastpath.counts()[0] == before + 4  # mul, t, slice, slice
-        ref = shell.pending(y.shape, y.stride(), torch.float32, y.storage_offset())
+        ref = tensor_data.pending(y.shape, y.stride(), torch.float32, y.storage_offset())
         for t in (y, ref):
             st = t.untyped_storage()
             assert (t.shape, t.stride(), t.storage_offset()) == ((5, 2), (1, 12), 1)
@@ -429,14 +431,14 @@ def test_a_strided_pending_output_made_in_c_is_the_shell_python_makes():
     ((0, 3), (3, 1), 0),          # empty
 ])
 def test_pending_shells_made_in_c_are_the_shells_python_makes(size, stride, offset):
-    """Engine._defer's shells for ops with several outputs (deferral.cpp pending and
-    pending_dense against shell.pending and shell.pending_dense)."""
-    from neuron_lab.device import shell
+    """Engine._defer's device tensors for ops with several outputs (deferral.cpp pending and
+    pending_dense against tensor_data.pending and tensor_data.pending_dense)."""
+    from neuron_lab.device import tensor_data
     pairs = [(ext.pending(size, stride, torch.float16, offset),
-              shell.pending(size, stride, torch.float16, offset))]
+              tensor_data.pending(size, stride, torch.float16, offset))]
     if offset == 0 and stride == torch.empty(size).stride():
         pairs.append((ext.pending_dense(torch.Size(size), torch.float16),
-                      shell.pending_dense(size, torch.float16)))
+                      tensor_data.pending_dense(size, torch.float16)))
     for got, want in pairs:
         for t in (got, want):
             assert t.__dict__.get("_d", 0) is None and getattr(t.untyped_storage(), "_h", 0) is None

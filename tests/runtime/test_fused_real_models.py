@@ -6,7 +6,7 @@ The KV cache (Llama with grouped-query attention, GPT-2, T5).
 
 ``DynamicCache.update`` concatenates an empty cache with the new keys, which arrive transposed
 (``k_proj(x).view(B, T, H, D).transpose(1, 2)``). Eager's ``cat`` returns a contiguous tensor;
-inductor returned one with the key's strides. The pending shell had eager's strides, so the next
+inductor returned one with the key's strides. The pending tensor had eager's strides, so the next
 region's program, compiled with a contiguous example, failed its input guard at a later launch
 ("expected ... stride 8==96") and the backward region fell back to per-op for good.
 ``torch.tensor([])`` in the same method is a boundary op: the flush, and the compile it starts,
@@ -18,7 +18,7 @@ which keeps the input's strides; ``compiler.cat_of_one`` writes it as a contiguo
 import torch
 
 from neuron_lab import runtime
-from neuron_lab.device import shell
+from neuron_lab.device import tensor_data
 from neuron_lab.runtime import knobs, layout
 from neuron_lab.runtime.record import OutMeta
 
@@ -39,7 +39,7 @@ def test_fused_outputs_keep_eagers_layout_and_feed_the_next_region():
         for _ in range(8):
             c = _cache_update(x, w)
             s = (c * c).sum(-1)                             # a region reading c
-            h = shell.host(c)
+            h = tensor_data.host(c)
             assert c.stride() == ref.stride() and h.stride() == ref.stride()
             torch.testing.assert_close(c.cpu(), ref, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(c.flatten().cpu(), ref.flatten(), rtol=1e-5, atol=1e-5)
@@ -144,7 +144,7 @@ def test_an_output_a_program_lays_out_otherwise_gets_eagers_layout(monkeypatch):
     with knobs.TRIALS.scoped(0):
         for _ in range(5):
             y = torch.tanh(x * 2 + 1) * 3
-            assert shell.host(y).stride() == (8, 1)
+            assert tensor_data.host(y).stride() == (8, 1)
             torch.testing.assert_close(y.cpu(), ref)
             torch.testing.assert_close(y.view(-1).cpu(), ref.view(-1))
     _no_failed_region()

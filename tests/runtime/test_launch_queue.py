@@ -1,5 +1,5 @@
 """Launches queued on the device's thread (runtime/launch_queue.py) and reads served before
-their region launches (runtime/early.py): the host goes on, and every value it reads is the
+their region launches (runtime/cone_reads.py): the host goes on, and every value it reads is the
 one eager computes (within the fused programs' tolerance: only a region decided fused is
 queued; ``fused`` makes every compiled region that, without trials)."""
 import copy
@@ -117,9 +117,9 @@ def test_a_training_loop_without_reads_runs_on_the_device_thread_and_equals_cpu(
 
 
 def test_a_host_read_of_a_tensor_a_queued_launch_writes_waits_for_it(fused):
-    """``shell.host`` (what ``.cpu()``, printing, the compile bridge and collectives read)
+    """``tensor_data.host`` (what ``.cpu()``, printing, the compile bridge and collectives read)
     waits for the queue: an optimizer's in-place update may still be queued."""
-    from neuron_lab.device import shell
+    from neuron_lab.device import tensor_data
     torch.manual_seed(2)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
     ref = _mlp()
@@ -127,7 +127,7 @@ def test_a_host_read_of_a_tensor_a_queued_launch_writes_waits_for_it(fused):
     model = _mlp().to("neuron")
     _train(model, x.to("neuron"), y.to("neuron"), 6)
     for p, r in zip(model.parameters(), ref.parameters()):
-        assert _close(shell.host(p), r)
+        assert _close(tensor_data.host(p), r)
 
 
 def test_without_async_every_launch_runs_on_the_issuing_thread(fused):
@@ -185,7 +185,7 @@ class _Gated(torch.nn.Module):
 
 
 def test_a_read_independent_of_queued_work_is_served_without_waiting(fused):
-    """The read's ops run at once on the host (``early``), the step's region is queued as
+    """The read's ops run at once on the host (``cone_reads``), the step's region is queued as
     usual, and the training equals CPU's. The last forward runs while a job holds the
     device's thread: its read is served without waiting (whether the queue is still busy at a
     read of the training loop depends on timing)."""
@@ -199,10 +199,10 @@ def test_a_read_independent_of_queued_work_is_served_without_waiting(fused):
     gate = threading.Event()
     runtime.current().engine.queue.submit(Job(lambda: gate.wait(30), []))
     try:
-        before = runtime.current().engine.stats["early_values"]
+        before = runtime.current().engine.stats["reads_served"]
         t0 = time.perf_counter()
         out = model(dids)                 # reads its mask while the gate holds the queue
-        assert runtime.current().engine.stats["early_values"] == before + 1
+        assert runtime.current().engine.stats["reads_served"] == before + 1
         assert time.perf_counter() - t0 < 10
     finally:
         gate.set()
@@ -280,8 +280,8 @@ def test_a_batch_uploaded_each_step_does_not_wait_for_the_queued_steps(fused):
 
 def test_the_forward_runs_on_the_device_thread_while_the_backward_is_issued(fused):
     """With ``NEURON_LAB_BACKWARD_BOUNDARY``, ``backward()`` ends the forward's region (the
-    device's ``seam.boundary``): it is queued and the host issues the backward's ops without
-    waiting for it, as a loop that reads its loss every step needs (the step's work would
+    device's ``runtime_interface.boundary``): it is queued and the host issues the backward's ops
+    without waiting for it, as a loop that reads its loss every step needs (the step's work would
     otherwise wait for the host's whole forward+backward before it starts). The last step
     runs while a job holds the device's thread; the training equals CPU's."""
     torch.manual_seed(7)

@@ -14,7 +14,7 @@ import torch
 
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
-from neuron_lab.device import shell
+from neuron_lab.device import tensor_data
 from neuron_lab.runtime import compiler, fused, native, pending, record
 
 ext = native.extension()
@@ -182,19 +182,19 @@ def test_host_inputs_equals_the_python_reference():
     occurrences = ((0, (0, None)), (0, (1, None)), (1, (0, 0)), (1, (0, 1)), (1, (1, None)),
                    (1, ("other", None)))
     pattern = (0, 1, 1, 0, 2, 0)
-    want = fused.host_inputs_py(occurrences, pattern, records, shell.host)
-    got = ext.host_inputs(occurrences, pattern, records, shell.host)
+    want = fused.host_inputs_py(occurrences, pattern, records, tensor_data.host)
+    got = ext.host_inputs(occurrences, pattern, records, tensor_data.host)
     assert len(got) == len(want) == 3
     assert all(g is w for g, w in zip(got, want))             # the same cached host views
     assert torch.equal(got[2], c.cpu())
     other = (0, 1, 1, 0, 2, 1)                              # aliasing not as compiled: None
-    assert fused.host_inputs_py(occurrences, other, records, shell.host) is None
-    assert ext.host_inputs(occurrences, other, records, shell.host) is None
-    assert ext.host_inputs((), (), records, shell.host) == []
+    assert fused.host_inputs_py(occurrences, other, records, tensor_data.host) is None
+    assert ext.host_inputs(occurrences, other, records, tensor_data.host) is None
+    assert ext.host_inputs((), (), records, tensor_data.host) == []
     with pytest.raises(IndexError):
-        ext.host_inputs(((2, (0, None)),), (0,), records, shell.host)
+        ext.host_inputs(((2, (0, None)),), (0,), records, tensor_data.host)
     with pytest.raises(TypeError, match="host_inputs"):
-        ext.host_inputs(occurrences, pattern[:2], records, shell.host)
+        ext.host_inputs(occurrences, pattern[:2], records, tensor_data.host)
 
 
 def test_the_engine_keeps_the_c_implementations_after_a_reset():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import neuron_lab.runtime as rt
-from neuron_lab.device import shell
+from neuron_lab.device import tensor_data
 from neuron_lab.device.executor import host_device
 from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import native, record, replay
@@ -17,9 +17,9 @@ ext = native.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
 
 aten = torch.ops.aten
-TWINS = {"c": lambda recs: ext.replay(recs, shell.host, fill, record.Ref, torch.device,
+TWINS = {"c": lambda recs: ext.replay(recs, tensor_data.host, fill, record.Ref, torch.device,
                                       host_device),
-         "python": lambda recs: replay.replay_py(recs, shell.host, fill, record.Ref,
+         "python": lambda recs: replay.replay_py(recs, tensor_data.host, fill, record.Ref,
                                                  torch.device, host_device)}
 
 
@@ -30,7 +30,7 @@ def _rec(op, args, kwargs=None, outs=(None,)):
 
 def _target(size, dtype=torch.float32):
     """A pending output and its weak pair, as a deferred op's record holds it."""
-    t = shell.pending_dense(size, dtype)
+    t = tensor_data.pending_dense(size, dtype)
     return t, (weakref.ref(t), weakref.ref(t.untyped_storage()))
 
 
@@ -57,7 +57,7 @@ def _queue(x, y):
         _rec(aten.max.dim, (r(2, 0), 1), outs=[None, t["idx"][1]]),
         _rec(aten.neg.default, (r(0, 0),), outs=[t["dead"][1]]),
     ]
-    del outs["dead"], t["dead"]      # its shell dies: the replay must skip it
+    del outs["dead"], t["dead"]      # its tensor dies: the replay must skip it
     return recs, outs
 
 
@@ -111,7 +111,7 @@ def test_both_let_an_output_go_after_the_last_op_reading_it():
             gone_at.append([j for j, w in enumerate(seen) if w() is None])
             seen.append(weakref.ref(h))
         run = {"c": ext.replay, "python": replay.replay_py}[name]
-        run(recs, shell.host, weak_fill, record.Ref, torch.device, host_device)
+        run(recs, tensor_data.host, weak_fill, record.Ref, torch.device, host_device)
         # at op i's fill: the values let go after ops 0 .. i-1
         assert gone_at == [[], [], [], [1], [0, 1, 2, 3]], name
         del targets

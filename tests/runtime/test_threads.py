@@ -3,7 +3,7 @@
 Stress: several threads run the same 5-op chain on their own data while the interpreter
 switches threads every microsecond, so their ops interleave at every possible point of the
 engine (capture, deferral, divergence, launch, materialize). Before the engine lock, this
-raised IndexError/shape errors from another thread's records and, worse, handed one thread
+raised IndexError/shape errors from another thread's records and, worse, passed one thread
 another thread's output.
 """
 import json
@@ -116,7 +116,7 @@ import gc, json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 import neuron_lab
-from neuron_lab.device import memory, seam
+from neuron_lab.device import memory, runtime_interface
 from neuron_lab.runtime import knobs
 from test_threads import _run_threads
 
@@ -134,14 +134,14 @@ report = {}
 with knobs.COMPILE.scoped(False):
     neuron_lab.sync()
     gc.collect()
-    report["base"] = (memory.counted(), seam.pending_bytes())
+    report["base"] = (memory.counted(), runtime_interface.pending_bytes())
     for mode in ("eager", "adaptive"):
         with neuron_lab.mode(mode):
             errors, _ = _run_threads(4, 300, work)
             report[mode + "_errors"] = [repr(e) for e in errors[:3]]
             neuron_lab.sync()
         gc.collect()                 # cyclic garbage is freed by the collector, not counted
-        report[mode] = (memory.counted(), seam.pending_bytes())
+        report[mode] = (memory.counted(), runtime_interface.pending_bytes())
 print("REPORT " + json.dumps(report))
 """
 

@@ -1,6 +1,6 @@
 // The eager path without Python: a C++ PrivateUse1 kernel for the ops ``OpFacts.direct`` names:
 // plain ops that return one new tensor and write no argument, views (``view``, ``t``,
-// ``slice``: a new tensor on the base's storage, as shell.view_of), pointwise ops that
+// ``slice``: a new tensor on the base's storage, as tensor_data.view_of), pointwise ops that
 // write their self (``add_``: the self itself), and ops returning several new tensors
 // (attention's forward and backward, ``nll_loss_forward``: each wrapped as a new tensor; one
 // whose only randomness is a ``dropout_p`` argument runs here when the call's is 0).
@@ -8,7 +8,8 @@
 // Every other path to a neuron op goes through the dispatcher's Python kernel holder (the
 // arguments become Python objects, the GIL is taken, registry's generic kernel runs, the result
 // comes back as an IValue); for a small op that is most of its cost. Here, when the device may
-// run ops at once (no runtime, or the runtime in eager mode with nothing queued: ``seam``'s
+// run ops at once (no runtime, or the runtime in eager mode with nothing queued:
+// ``runtime_interface``'s
 // ``run_directly``), the op runs without the GIL: each neuron argument's host tensor is built
 // from the host storage its storage is bound to (storage.cpp), the op runs on the host, its
 // output is counted (accounting.cpp; over the capacity -> the Python path, which raises the
@@ -17,7 +18,8 @@
 // Python path checks before the host allocates (``clone``, ``cat``: sizing.DIRECT_SIZED) are
 // checked here the same way first (``admits``).
 //
-// Anything else goes to the op's generic kernel (registry._kernel's seam.launch or execute),
+// Anything else goes to the op's generic kernel (registry._kernel's runtime_interface.launch or
+// execute),
 // called from here without the dispatcher's Python kernel holder (python_call.h; every op in
 // adaptive mode takes that way): a pending or unbound argument, a host-only dtype (float64,
 // complex: Trainium's fallback rules are recorded in Python; so is a keyword ``dtype=`` naming
@@ -25,13 +27,13 @@
 // a plain list of tensors, a view op whose host result is not on its base's bytes, and any
 // error the host op raises (it wrote nothing — a pointwise in-place op checks its arguments
 // before it writes — so the Python path runs it again and raises the device's message).
-// An op that goes there is *handed* to the runtime (``Handed``: the op, this kernel and the
+// An op that goes there is *passed* to the runtime (``BoxedCall``: the op, this kernel and the
 // dispatcher's arguments, kept for the call): a runtime that runs it at once as it records it
-// (the adaptive engine's capture) runs it here through ``run_handed``, on those arguments,
+// (the adaptive engine's capture) runs it here through ``run_boxed_call``, on those arguments,
 // instead of calling the op's Python binding, which would parse them again and dispatch a
 // second time (a fresh model's first step captures every op, most of them through here).
 //
-// The tensors made here carry no Python attributes: shell.host finds their host view through
+// The tensors made here carry no Python attributes: tensor_data.host finds their host view through
 // ``host_storage`` (storage.cpp) the first time Python needs it. Runs are counted per op and
 // added to tracking.executed when someone reads it (``direct_counts``).
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -63,12 +65,12 @@ namespace {
 
 constexpr auto kDevice = c10::DeviceType::PrivateUse1;
 
-std::atomic<bool> g_direct{false};        // seam.run_directly
+std::atomic<bool> g_direct{false};        // runtime_interface.run_directly
 thread_local bool t_here = false;         // inside run_here: run this thread's op directly
 thread_local bool t_declined = false;     // ... and it could not
 std::atomic<int64_t> g_capacity{-1};      // memory.capacity(), kept current by memory.py
 std::atomic<uint64_t> g_host_only{0};     // bit per ScalarType: dtypes.HOST_ONLY
-c10::Allocator* g_allocator = nullptr;    // a shell storage's allocator (create_empty_tensor's)
+c10::Allocator* g_allocator = nullptr;    // a device storage's allocator (create_empty_tensor's)
 
 bool host_only(c10::ScalarType t) {
   auto i = static_cast<unsigned>(t);
@@ -135,7 +137,7 @@ bool host_value(const c10::IValue& v, c10::IValue* out) {
   return true;
 }
 
-// A new neuron tensor over host tensor `h`'s storage (shell.wrap).
+// A new neuron tensor over host tensor `h`'s storage (tensor_data.wrap).
 at::Tensor wrap(const at::Tensor& h) {
   c10::StorageImpl* hs = h.storage().unsafeGetStorageImpl();
   auto st = c10::make_intrusive<c10::StorageImpl>(
@@ -184,11 +186,11 @@ enum class Size : int { kNone = 0, kSelf = 1, kTensors = 2 };
 
 struct Direct;
 
-// The call a direct kernel handed to the runtime (every op in adaptive mode): the op, its
+// The call a direct kernel passed to the runtime (every op in adaptive mode): the op, its
 // arguments as the dispatcher passed them (on its stack through the call, the wrapped numbers
 // unwrapped for Python kept aside: no copy on the deferral's hot path), and the Python argument
-// tuple made of them, which identifies the call while the runtime runs (``run_handed``).
-struct Handed {
+// tuple made of them, which identifies the call while the runtime runs (``run_boxed_call``).
+struct BoxedCall {
   Direct* kernel;
   const c10::OperatorHandle* op;
   const torch::jit::Stack* stack;   // the dispatcher's: its last `n` are the arguments, kept
@@ -202,12 +204,12 @@ struct Handed {
     return args;
   }
 };
-thread_local Handed* t_handed = nullptr;   // the innermost handed call of this thread
+thread_local BoxedCall* t_call = nullptr;   // the innermost passed call of this thread
 
-struct HandedScope {   // t_handed = h for a call (nested calls each have their own)
-  explicit HandedScope(Handed* h) : outer(t_handed) { t_handed = h; }
-  ~HandedScope() { t_handed = outer; }
-  Handed* outer;
+struct BoxedCallScope {   // t_call = h for a call (nested calls each have their own)
+  explicit BoxedCallScope(BoxedCall* h) : outer(t_call) { t_call = h; }
+  ~BoxedCallScope() { t_call = outer; }
+  BoxedCall* outer;
 };
 
 struct Direct final : c10::OperatorKernel {
@@ -224,10 +226,10 @@ struct Direct final : c10::OperatorKernel {
       TORCH_CHECK(false, "neuron: ", name, " declined by the direct kernel");
     }
     const size_t n = op.schema().arguments().size();
-    Handed handed{this, &op, stack, n, {}};
-    unwrap_numbers(n, stack, &handed.unwrapped);
-    HandedScope scope(&handed);
-    call_generic(generic, op, stack, &handed.py_args);
+    BoxedCall passed{this, &op, stack, n, {}};
+    unwrap_numbers(n, stack, &passed.unwrapped);
+    BoxedCallScope scope(&passed);
+    call_generic(generic, op, stack, &passed.py_args);
   }
 
   // The op on the host, its result on the stack; false (the stack untouched, nothing written):
@@ -274,7 +276,7 @@ struct Direct final : c10::OperatorKernel {
       TORCH_CHECK(kind == Kind::kView, "neuron: ", name, " wrote a new storage in place");
       return false;
     } else if (kind == Kind::kView) {
-      t = tensor_like(base->storage(), c10::DispatchKey::PrivateUse1, out);   // shell.view_of
+      t = tensor_like(base->storage(), c10::DispatchKey::PrivateUse1, out);   // tensor_data.view_of
     } else {
       TORCH_CHECK(out.sizes() == base->sizes() && out.strides() == base->strides() &&
                       out.storage_offset() == base->storage_offset(),
@@ -353,8 +355,8 @@ struct Direct final : c10::OperatorKernel {
   const int dtype_arg;   // the keyword-only ``dtype`` argument's position, or -1
   const Size size;       // how the bytes are checked before the host allocates, if they are
   const int dropout_arg; // the ``dropout_p`` argument's position (runs here only when 0), or -1
-  PyObject* const generic;   // the op's generic kernel, (facts, execute, seam globals): held
-                             // for the process's life, like the registration
+  PyObject* const generic;   // the op's generic kernel, (facts, execute, runtime_interface
+                             // globals): held for the process's life, like the registration
   std::atomic<int64_t> runs{0};
 };
 
@@ -362,7 +364,7 @@ std::mutex g_mu;
 std::vector<Direct*> g_kernels;          // owned by their registrations
 torch::Library* g_lib = nullptr;         // lives as long as the process
 
-void configure(py::list host_only_dtypes, py::handle shell_storage) {
+void configure(py::list host_only_dtypes, py::handle device_storage) {
   uint64_t mask = 0;
   for (py::handle d : host_only_dtypes) {
     TORCH_CHECK(THPDtype_Check(d.ptr()), "neuron: configure_direct expects torch.dtype values");
@@ -370,8 +372,8 @@ void configure(py::list host_only_dtypes, py::handle shell_storage) {
     if (i < 64) mask |= uint64_t{1} << i;
   }
   g_host_only.store(mask);
-  TORCH_CHECK(THPStorage_Check(shell_storage.ptr()), "neuron: configure_direct expects a storage");
-  g_allocator = THPStorage_Unpack(shell_storage.ptr()).unsafeGetStorageImpl()->allocator();
+  TORCH_CHECK(THPStorage_Check(device_storage.ptr()), "neuron: configure_direct expects a storage");
+  g_allocator = THPStorage_Unpack(device_storage.ptr()).unsafeGetStorageImpl()->allocator();
 }
 
 // Register the direct kernel for aten op `name` ("add.Tensor") under PrivateUse1; `counted_as`
@@ -382,7 +384,7 @@ void register_op(const std::string& name, const std::string& counted_as, int kin
   TORCH_CHECK(size >= 0 && size <= 2, "neuron: register_direct: size 0, 1 or 2");
   TORCH_CHECK(size == 0 || kind == 0, "neuron: register_direct: only a new tensor is sized");
   TORCH_CHECK(generic.size() == 3 && PyDict_Check(generic[2].ptr()),
-              "neuron: register_direct: generic is (facts, execute, seam globals)");
+              "neuron: register_direct: generic is (facts, execute, runtime_interface globals)");
   std::lock_guard<std::mutex> g(g_mu);
   if (g_lib == nullptr)
     g_lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
@@ -428,14 +430,15 @@ PyObject* run_here(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   return out;
 }
 
-// run_handed(args): the op of the call this thread's direct kernel handed to the runtime, run on
+// run_boxed_call(args): the op of the call this thread's direct kernel passed to the runtime, run
+// on
 // the direct kernel now, on the arguments the dispatcher passed (no Python argument parsing, no
 // second dispatch: what run_here's call costs), if ``args`` is that call's Python argument
-// tuple (the runtime runs the call it was handed: the adaptive engine's capture); its result
-// as run_here returns it. None: not the handed call, or one the direct kernel declines (the
-// caller runs it as before). A handed call runs here at most once.
-PyObject* run_handed(PyObject*, PyObject* args) {
-  Handed* h = t_handed;
+// tuple (the runtime runs the call it was passed: the adaptive engine's capture); its result
+// as run_here returns it. None: not the passed call, or one the direct kernel declines (the
+// caller runs it as before). A passed call runs here at most once.
+PyObject* run_boxed_call(PyObject*, PyObject* args) {
+  BoxedCall* h = t_call;
   if (h == nullptr || h->py_args == nullptr || h->py_args != args) Py_RETURN_NONE;
   h->py_args = nullptr;
   torch::jit::Stack stack = h->arguments();
@@ -463,7 +466,8 @@ PyObject* run_handed(PyObject*, PyObject* args) {
   return out;
 }
 
-// shell._recover in C: the host view of neuron tensor `t` (its storage's bound host bytes, with
+// tensor_data._recover in C: the host view of neuron tensor `t` (its storage's bound host bytes,
+// with
 // t's dtype, sizes, strides, offset and conj/neg bits), or None when its storage has no host
 // storage bound (pending, or not the device's). For tensors whose Python object autograd made
 // anew (a gradient detached by AccumulateGrad): no cached _d, ~6 us of Python each.
@@ -477,9 +481,9 @@ py::object host_view(const at::Tensor& t) {
       tensor_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)), key, t));
 }
 
-PyMethodDef run_handed_def = {
-    "run_handed", &run_handed, METH_O,
-    "run_handed(args): the handed call on the direct kernel now, or None"};
+PyMethodDef run_boxed_call_def = {
+    "run_boxed_call", &run_boxed_call, METH_O,
+    "run_boxed_call(args): the passed call on the direct kernel now, or None"};
 
 PyMethodDef run_here_def = {"run_here",
                             reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&run_here)),
@@ -489,9 +493,9 @@ PyMethodDef run_here_def = {"run_here",
 }  // namespace
 
 void init_direct(py::module_& m) {
-  m.def("configure_direct", &configure, py::arg("host_only"), py::arg("shell_storage"),
-        "configure_direct(host_only dtypes, a shell's storage): what the direct kernel checks "
-        "and the allocator its storages carry");
+  m.def("configure_direct", &configure, py::arg("host_only"), py::arg("device_storage"),
+        "configure_direct(host_only dtypes, a device tensor's storage): what the direct kernel "
+        "checks and the allocator its storages carry");
   m.def("register_direct", &register_op, py::arg("name"), py::arg("counted_as"),
         py::arg("kind"), py::arg("arg"), py::arg("dtype_arg"), py::arg("size"),
         py::arg("dropout_arg"), py::arg("generic"),
@@ -502,8 +506,8 @@ void init_direct(py::module_& m) {
         "`size`: 0, or how a new tensor's bytes are checked before the host allocates them "
         "(1: argument 0's, 2: argument 0's tensors', sizing.DIRECT_SIZED); `dropout_arg`: "
         "the position of a dropout_p argument (the kernel runs calls where it is 0), or -1; "
-        "`generic`: (facts, execute, seam globals), what it calls for an op it does not run "
-        "(python_call.h)");
+        "`generic`: (facts, execute, runtime_interface globals), what it calls for an op it does "
+        "not run (python_call.h)");
   m.def("set_direct", [](bool on) { g_direct.store(on, std::memory_order_release); },
         py::arg("on"), "Let the direct kernel run ops (no runtime to call) or not");
   m.def("direct_enabled", []() { return g_direct.load(); });
@@ -511,11 +515,12 @@ void init_direct(py::module_& m) {
         "The modelled capacity the direct kernel counts against");
   m.def("direct_counts", &counts, "{op name: direct runs since the last call}");
   m.def("host_view", &host_view, py::arg("tensor"),
-        "The host tensor viewing a neuron tensor's bound host bytes, or None (shell._recover)");
+        "The host tensor viewing a neuron tensor's bound host bytes, or None "
+        "(tensor_data._recover)");
   m.add_object("run_here",
                py::reinterpret_steal<py::object>(PyCFunction_New(&run_here_def, nullptr)));
-  m.add_object("run_handed",
-               py::reinterpret_steal<py::object>(PyCFunction_New(&run_handed_def, nullptr)));
+  m.add_object("run_boxed_call",
+               py::reinterpret_steal<py::object>(PyCFunction_New(&run_boxed_call_def, nullptr)));
 }
 
 }  // namespace neuron_lab

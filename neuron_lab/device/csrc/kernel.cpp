@@ -2,14 +2,16 @@
 // and kernels.execute hold the Python reference of each).
 //
 // ``kernel``: every ATen op called on neuron tensors reaches one of these through the
-// dispatcher's Python kernel holder: ``kernel(*args, **kwargs)`` = ``seam.launch(facts, args,
+// dispatcher's Python kernel holder: ``kernel(*args, **kwargs)`` =
+// ``runtime_interface.launch(facts, args,
 // kwargs)`` when a runtime is installed, else ``execute(facts, args, kwargs)``. In Python that
 // was one more interpreter frame per op (packing ``*args``/``**kwargs`` again, two global
-// lookups); here the dispatcher's argument tuple and keyword dict are handed on as they are.
+// lookups); here the dispatcher's argument tuple and keyword dict are passed on as they are.
 //
 // ``execute``: kernels.execute's short path (an ``OpFacts.plain`` op called with positional
 // arguments: no per-call checks, one new tensor): host arguments (a neuron tensor's cached host
-// view ``_d``, else shell.host), the host op, memory.track, and shell.wrap's contiguous case.
+// view ``_d``, else tensor_data.host), the host op, memory.track, and tensor_data.wrap's contiguous
+// case.
 // Anything else, and every error, goes to the Python functions, which stay the reference.
 #include "python_objects.h"
 
@@ -21,10 +23,10 @@ namespace {
 
 struct Eager {
   PyObject* execute = nullptr;     // kernels.execute (the reference; the general path)
-  PyObject* host = nullptr;        // shell.host
+  PyObject* host = nullptr;        // tensor_data.host
   PyObject* host_error = nullptr;  // kernels.raise_host_error(e, facts, args): always raises
   PyObject* track = nullptr;       // memory.track(storage, op)
-  PyObject* wrap = nullptr;        // shell.wrap(h, hs)
+  PyObject* wrap = nullptr;        // tensor_data.wrap(h, hs)
   PyObject* wrap_result = nullptr; // kernels.wrap_result(facts, out, args, kwargs)
   PyObject* executed = nullptr;    // tracking.executed (a Counter)
   PyObject* create = nullptr;      // torch._C._acc.create_empty_tensor
@@ -101,7 +103,7 @@ PyObject* host_arg(PyObject* a, bool* general_path) {
   return PyObject_CallOneArg(E.host, a);   // recovered from the storage, or materialized
 }
 
-// shell.wrap for a new host tensor ``h`` with storage ``hs``
+// tensor_data.wrap for a new host tensor ``h`` with storage ``hs``
 PyObject* wrap_new(PyObject* h, PyObject* hs) {
   int contiguous = truth_of_method(h, s_is_contiguous);
   if (contiguous < 0) return nullptr;
@@ -125,7 +127,7 @@ PyObject* wrap_new(PyObject* h, PyObject* hs) {
   Py_XDECREF(shape);
   Py_XDECREF(dtype);
   if (s == nullptr) return nullptr;
-  int same = equal_method(s, h, s_stride);   // size-1 dimensions' strides too (shell.wrap)
+  int same = equal_method(s, h, s_stride);   // size-1 dimensions' strides too (tensor_data.wrap)
   if (same <= 0) {
     Py_DECREF(s);
     if (same < 0) return nullptr;
@@ -230,7 +232,7 @@ void configure_execute(py::dict o) {
   if (!PyDict_Check(E.executed)) throw py::type_error("neuron_lab: executed must be a dict");
 }
 
-// self: (facts, execute, seam module's __dict__)
+// self: (facts, execute, runtime_interface module's __dict__)
 PyObject* call(PyObject* self, PyObject* args, PyObject* kwargs) {
   PyObject* kw = kwargs != nullptr ? Py_NewRef(kwargs) : PyDict_New();
   if (kw == nullptr) return nullptr;
@@ -244,8 +246,8 @@ PyMethodDef call_def = {"kernel",
                         METH_VARARGS | METH_KEYWORDS,
                         "kernel(*args, **kwargs): the device's generic kernel for one op"};
 
-py::object make(py::object facts, py::object execute, py::dict seam_globals) {
-  PyObject* self = PyTuple_Pack(3, facts.ptr(), execute.ptr(), seam_globals.ptr());
+py::object make(py::object facts, py::object execute, py::dict interface_globals) {
+  PyObject* self = PyTuple_Pack(3, facts.ptr(), execute.ptr(), interface_globals.ptr());
   if (self == nullptr) throw py::error_already_set();
   PyObject* fn = PyCFunction_New(&call_def, self);
   Py_DECREF(self);
@@ -275,9 +277,10 @@ void init_kernel(py::module_& m) {
         "configure_execute({execute, host, host_error, ...}): what the C execute calls");
   m.add_object("execute",
                py::reinterpret_steal<py::object>(PyCFunction_New(&execute_def, nullptr)));
-  m.def("kernel", &make, py::arg("facts"), py::arg("execute"), py::arg("seam_globals"),
-        "The generic kernel for the op described by `facts`: calls `seam.launch(facts, args, "
-        "kwargs)` (read from `seam_globals` at each call) or, without a runtime, "
+  m.def("kernel", &make, py::arg("facts"), py::arg("execute"), py::arg("interface_globals"),
+        "The generic kernel for the op described by `facts`: calls "
+        "`runtime_interface.launch(facts, args, kwargs)` (read from `interface_globals` at each "
+        "call) or, without a runtime, "
         "`execute(facts, args, kwargs)`.");
 }
 

@@ -5,9 +5,10 @@
 // error to raise) used to be redispatched to the generic kernel registered in Python under
 // PrivateUse2. The holder then turns the arguments into a Python tuple and keyword dict, calls
 // the kernel through pybind11's argument unpacking (a second tuple and dict), and the kernel
-// (csrc/kernel.cpp) calls ``seam.launch``: ~1.5 us of an adaptive op's ~10 on the benchmark
+// (csrc/kernel.cpp) calls ``runtime_interface.launch``: ~1.5 us of an adaptive op's ~10 on the
+// benchmark
 // machine (perf: 18 % of a chain of deferred views). Here the arguments are converted once and
-// ``seam.launch`` (or ``execute``) is called directly.
+// ``runtime_interface.launch`` (or ``execute``) is called directly.
 //
 // The conversion is the holder's (torch/csrc/autograd/python_variable.cpp,
 // parseIValuesToPyArgsKwargs, not exported): positional arguments up to the last one that is
@@ -150,7 +151,7 @@ void call_generic(PyObject* generic, const c10::OperatorHandle& op, torch::jit::
   }
   if (args_out != nullptr) *args_out = args;
   PyObject* out = call_generic_kernel(generic, args, kwargs);   // the arguments stay on the
-  if (args_out != nullptr) *args_out = nullptr;                 // stack for the call (a handed
+  if (args_out != nullptr) *args_out = nullptr;                 // stack for the call (a passed
   Py_DECREF(args);                                              // call runs on them)
   Py_DECREF(kwargs);
   if (out == nullptr) throw python_error();

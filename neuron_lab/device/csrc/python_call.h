@@ -10,7 +10,8 @@
 namespace neuron_lab {
 
 // Run the op whose arguments are on `stack` through the generic kernel `generic`, a tuple
-// (facts, execute, seam's globals) as registry._kernel makes it: ``seam.launch(facts, args,
+// (facts, execute, runtime_interface's globals) as registry._kernel makes it:
+// ``runtime_interface.launch(facts, args,
 // kwargs)``, or ``execute(facts, args, kwargs)`` without a runtime; its result replaces the
 // arguments. The arguments reach Python as the holder would hand them over; a Python exception
 // propagates as the holder's does (torch's python_error). Takes the GIL. The arguments stay on

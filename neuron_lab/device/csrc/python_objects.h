@@ -42,16 +42,18 @@ inline PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
   return o;
 }
 
-// The device's generic kernel for one op (registry._kernel): ``seam.launch(facts, args,
+// The device's generic kernel for one op (registry._kernel): ``runtime_interface.launch(facts,
+// args,
 // kwargs)`` with a runtime installed, else ``execute(facts, args, kwargs)``. `generic` is the
-// tuple (facts, execute, seam's globals); `kwargs` a dict. A new reference, or nullptr with an
+// tuple (facts, execute, runtime_interface's globals); `kwargs` a dict. A new reference, or nullptr
+// with an
 // exception set. Called by kernel.cpp's kernel and python_call.cpp's direct-kernel call.
 inline PyObject* call_generic_kernel(PyObject* generic, PyObject* args, PyObject* kwargs) {
   static PyObject* s_launch = intern("launch");
   PyObject* launch = PyDict_GetItemWithError(PyTuple_GET_ITEM(generic, 2), s_launch);  // borrowed
   if (launch == nullptr && PyErr_Occurred()) return nullptr;
   PyObject* target = launch != nullptr && launch != Py_None ? launch : PyTuple_GET_ITEM(generic, 1);
-  Py_INCREF(target);   // seam.install may replace it while the op runs
+  Py_INCREF(target);   // runtime_interface.install may replace it while the op runs
   PyObject* argv[3] = {PyTuple_GET_ITEM(generic, 0), args, kwargs};
   PyObject* out = PyObject_Vectorcall(target, argv, 3, nullptr);
   Py_DECREF(target);

@@ -3,7 +3,8 @@
 // Libraries tell shared storage from distinct storage by address: safetensors and Transformers'
 // save_pretrained (`storage.data_ptr()`, `nbytes()`), parametrize, DDP's bucketing. A neuron
 // storage used to report data_ptr() == 0 and nbytes() == 0 (a fresh output) or raise (a view),
-// so every weight looked like one shared tensor. Here a shell storage (shell.py) is bound to its
+// so every weight looked like one shared tensor. Here a device storage (tensor_data.py) is bound to
+// its
 // host storage: the DataPtr carries the host buffer's address (non-zero, unique per buffer,
 // stable for the buffer's life, the same for every view of it, as on any device) and holds a
 // reference to the host StorageImpl, so the address can never outlive the bytes. The device

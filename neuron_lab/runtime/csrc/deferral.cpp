@@ -35,7 +35,7 @@
 // (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an
 // op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
 // starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
-// there; its shells come from ``pending``/``pending_dense`` (deferral_shells.cpp). In
+// there; its device tensors come from ``pending``/``pending_dense`` (pending_tensors.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
 #include <torch/csrc/Device.h>
@@ -123,7 +123,7 @@ bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, PyObject*
 }
 
 // One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype): the
-// shell (new reference in ``*t``), its (tensor, storage) weak pair (``*pair``) and, for a dtype
+// tensor (new reference in ``*t``), its (tensor, storage) weak pair (``*pair``) and, for a dtype
 // a later queued op may take, its producer entries under id(tensor) and id(storage) with the
 // Ref ``r`` (the storage's: see storage_producer). False with an exception set.
 bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
@@ -131,8 +131,8 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
                     PyObject* same_as, PyObject* producers, PyObject** t, PyObject** pair) {
   PyObject* st = nullptr;
   *t = *pair = nullptr;
-  if (!new_shell(size, stride, offset, dtype, dense, t, &st)) return false;
-  // shell.pending's two attributes
+  if (!new_pending(size, stride, offset, dtype, dense, t, &st)) return false;
+  // tensor_data.pending's two attributes
   bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(*t, s_d) != nullptr;
   PyObject* tr = ok ? weak_ref(*t) : nullptr;
   PyObject* sr = tr ? weak_ref(st) : nullptr;
@@ -272,7 +272,7 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   return result;
 }
 
-// An op continuing the trie path to ``nxt`` (its call's templates ``targs``, ``tkw``): handed
+// An op continuing the trie path to ``nxt`` (its call's templates ``targs``, ``tkw``): passed
 // out here when the node's outputs are a FastOut (defer_one) or all new (defer_many). nullptr
 // with no exception set: the Python engine's case (Engine._defer: an in-place output, or the
 // node's first deferral, which derives its plan).
@@ -387,12 +387,12 @@ PyObject* user_line() {
   return Py_NewRef(last);
 }
 
-// kernels.run_now's first step, without its Python frame: the call the direct kernel handed to
+// kernels.run_now's first step, without its Python frame: the call the direct kernel passed to
 // the runtime, run there on the dispatcher's arguments, for an ``OpFacts.direct_kernel`` op.
 // nullptr without an exception: not run (run_now runs it); with one: it failed.
-PyObject* run_handed(PyObject* args, bool direct) {
-  if (S.run_handed == Py_None || !direct) return nullptr;
-  PyObject* out = PyObject_CallOneArg(S.run_handed, args);
+PyObject* run_boxed_call(PyObject* args, bool direct) {
+  if (S.run_boxed_call == Py_None || !direct) return nullptr;
+  PyObject* out = PyObject_CallOneArg(S.run_boxed_call, args);
   if (out == Py_None) Py_CLEAR(out);
   return out;
 }
@@ -404,7 +404,7 @@ PyObject* run_handed(PyObject* args, bool direct) {
 // The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
                   PyObject* records, PyObject* producers, Py_ssize_t pos, bool direct) {
-  PyObject* out = run_handed(args, direct);
+  PyObject* out = run_boxed_call(args, direct);
   if (out == nullptr && !PyErr_Occurred())
     out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
   if (out == nullptr) return nullptr;
@@ -593,7 +593,7 @@ done:
   return result;
 }
 
-// launch(facts, args, kwargs): the device's seam.launch
+// launch(facts, args, kwargs): the device's runtime interface.launch
 PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 3 || !PyTuple_Check(argv[1])) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: launch(facts, args: tuple, kwargs)");
@@ -673,9 +673,9 @@ void configure(py::dict o) {
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
-  const c10::Storage& shell = THPStorage_Unpack(o["shell_storage"].ptr());
-  S.allocator = shell.unsafeGetStorageImpl()->allocator();
-  S.device = shell.device();
+  const c10::Storage& device_storage = THPStorage_Unpack(o["device_storage"].ptr());
+  S.allocator = device_storage.unsafeGetStorageImpl()->allocator();
+  S.device = device_storage.device();
   hold(S.tensor, o["tensor"]);
   hold(S.execute, o["execute"]);
   hold(S.py_launch, o["launch"]);
@@ -685,7 +685,7 @@ void configure(py::dict o) {
   hold(S.cut_repeats, o["cut_repeats"]);
   hold(S.start_segment, o["start_segment"]);
   hold(S.run_now, o["run_now"]);
-  hold(S.run_handed, o["run_handed"]);
+  hold(S.run_boxed_call, o["run_boxed_call"]);
   hold(S.host_copied, o["host_copied"]);
   hold(S.backward_callers, o["backward_callers"]);
   if (!PyDict_Check(S.backward_callers))
@@ -730,7 +730,7 @@ void init_deferral(py::module_& m) {
   m.def("deferred_counts", &deferred_counts,
         "{op facts: ops deferred on the C path since the last call} (tracking.executed's share)");
   m.def("counts", [] { return py::make_tuple(S.fast, S.slow); },
-        "(ops deferred on the C path, launches handed to the Python engine)");
+        "(ops deferred on the C path, launches passed to the Python engine)");
   m.def("captured", [] { return S.captured; }, "ops captured on the C path (run now, recorded)");
   m.def("set_adaptive", [](bool on) { S.adaptive_mode = on; },
         "set_adaptive(on): the mode knob's value, set by the runtime whenever it changes "

@@ -1,7 +1,7 @@
 // The adaptive engine's deferral hot path in C, the pieces deferral.cpp (Engine.launch) is built
 // from: the state ``configure`` hands over and the interned attribute names (defined in
 // deferral.cpp), an op call's key and templates (deferral_keys.cpp: record.describe in C) and
-// pending shells (deferral_shells.cpp: shell.pending in C).
+// pending tensors (pending_tensors.cpp: tensor_data.pending in C).
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -52,13 +52,13 @@ struct State {
   PyObject* cut_repeats = nullptr;   // Engine._cut_repeats, bound
   PyObject* start_segment = nullptr; // Engine._start_segment, bound
   PyObject* run_now = nullptr;       // kernels.run_now (capture runs the op now)
-  PyObject* run_handed = nullptr;    // kernels._run_handed (the direct kernel's), or None
+  PyObject* run_boxed_call = nullptr;    // kernels._run_boxed_call (the direct kernel's), or None
   PyObject* host_copied = nullptr;   // host_scalars.copied (CPU scalar arguments)
   PyObject* backward_callers = nullptr;   // tracking._backward_callers (a dict)
   PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)
   PyObject* not_user_files = nullptr;
   PyObject* record_run = nullptr;    // record.record_run (records.cpp's, where built)
-  long fast = 0, slow = 0;           // ops deferred here / handed to Python (tests read them)
+  long fast = 0, slow = 0;           // ops deferred here / passed to Python (tests read them)
   long captured = 0;                 // ops captured here (run now and recorded)
   std::unordered_map<PyObject*, long long> deferred;   // facts -> ops deferred here since the
                                      // last deferred_counts() (held: OpFacts live for good)
@@ -66,7 +66,7 @@ struct State {
 
 extern State S;
 
-// interned strings (init_deferral): tensor API names, the device shell's attributes (_h, _d), key
+// interned strings (init_deferral): tensor API names, the device tensor's attributes (_h, _d), key
 // tags, counter keys and flush reasons
 extern PyObject *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
     *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_launches_per_op,
@@ -82,9 +82,9 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
 // call cannot be queued (describe then says which), -1 with an exception set.
 int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
               bool floats, PyObject* key, PyObject** targs, PyObject** tkw);
-// deferral_shells.cpp: a pending shell of a FastOut's size, stride, offset and dtype; (tensor,
+// pending_tensors.cpp: a pending tensor of a FastOut's size, stride, offset and dtype; (tensor,
 // storage) as new references, or false with an exception set.
-bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
+bool new_pending(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
                PyObject** t, PyObject** st);
 
 // ``o.name = None``: ``o``, or nullptr with an exception set.

@@ -39,7 +39,7 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
   PyObject** dictptr = _PyObject_GetDictPtr(a);
   if (dictptr != nullptr && *dictptr != nullptr) {
     int has = PyDict_Contains(*dictptr, s_d);
-    if (has != 0) {   // a shell with a host view (or pending): not a copy
+    if (has != 0) {   // a device tensor with a host view (or pending): not a copy
       Py_DECREF(id);
       return nullptr;
     }

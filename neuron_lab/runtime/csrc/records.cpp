@@ -16,7 +16,7 @@
 //       the same, as the float64 host tensor a program takes them in.
 //   host_inputs(occurrences, pattern, records, host)                       fused.host_inputs
 //       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
-//       host tensor (``_d``, else ``host(t)``: shell.host), or None if they alias otherwise.
+//       host tensor (``_d``, else ``host(t)``: tensor_data.host), or None if they alias otherwise.
 //
 // For the runtime's other C files (records.h): ``host_of`` (a tensor's cached host view) and
 // ``set_producer`` (the one place a producer entry is made).

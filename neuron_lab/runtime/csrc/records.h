@@ -4,7 +4,7 @@
 
 namespace neuron_lab {
 
-// shell.host(t) without a call where t's host view is cached (``t._d`` not None), else
+// tensor_data.host(t) without a call where t's host view is cached (``t._d`` not None), else
 // ``host(t)``; a new reference, or nullptr with an exception set
 PyObject* host_of(PyObject* t, PyObject* host);
 

@@ -4,7 +4,8 @@
 //
 //   replay(records, host, fill, ref_type, device_type, host_device)
 //       records      the queue (QueuedOp: facts, args, kwargs, key, outs, ...)
-//       host         shell.host: a tensor's host value (its cached ``_d`` read first: host_of)
+//       host         tensor_data.host: a tensor's host value (its cached ``_d`` read first:
+// host_of)
 //       fill         pending.fill(target, host value)
 //       ref_type     record.Ref (``pos``, ``k``: an output of an earlier op of the queue)
 //       device_type  torch.device; a ``neuron`` one becomes host_device()'s

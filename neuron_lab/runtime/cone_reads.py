@@ -8,14 +8,14 @@ Llama's forward reads a mask that way every step (``masking_utils``: ``(mask[:, 
 previous step's optimizer update (queued) writes: the read waited for the whole previous step,
 and the host's Python for this step's forward and backward then ran with the device idle.
 
-``take(engine, f, args, kwargs)`` serves such a read while the queue is busy: the ops the read
+``serve(engine, f, args, kwargs)`` serves such a read while the queue is busy: the ops the read
 value is made of (its *cone*: the segment's ops its arguments depend on) run now, per-op on this
 thread, if they read nothing queued work writes (no pending input, no input a queued launch or
 an op of the segment writes in place: AdamW's ``step`` counters, read by ``.item()`` right after
 ``_foreach_add_`` queued their increment) and write nothing but their own outputs. Their pending
 outputs receive their values, the read runs, and the segment goes on deferring. When the segment
 launches (at its region's end, queued like any other), its fused program or per-op replay
-computes those ops again and leaves the values already given (``pending.fill`` fills a shell
+computes those ops again and leaves the values already given (``pending.fill`` fills a device tensor
 once). A cone of more than ``MAX_OPS`` ops, or one that depends on queued work, takes the usual
 way: a flush.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import shell
+from ..device import tensor_data
 from ..device.executor import host_device
 from .pending import fill
 from .record import Ref
@@ -94,10 +94,10 @@ def _cone(records: list, positions) -> list | None:
 
 def _independent(t: Tensor, writes: set) -> bool:
     """Does ``t`` hold its value now, with no queued launch writing it?"""
-    return not shell.is_pending(t) and id(t.untyped_storage()) not in writes
+    return not tensor_data.is_pending(t) and id(t.untyped_storage()) not in writes
 
 
-def take(engine, f, args, kwargs) -> bool:
+def serve(engine, f, args, kwargs) -> bool:
     """Give the pending values ``f`` (a sync point, queue busy) reads their values now, if they
     depend on nothing queued; True if done (``f`` may then run at once)."""
     if f.random or f.mutates or f.written_kw or (engine.seg.node is None and engine.seg.records):
@@ -136,7 +136,7 @@ def take(engine, f, args, kwargs) -> bool:
 def _run(records: list, positions: list) -> None:
     """Run the ops at ``positions`` (a cone: their Refs point inside it) per-op on host values;
     fill their live outputs."""
-    env = (shell.host_now, Ref, torch.device, host_device)
+    env = (tensor_data.host_now, Ref, torch.device, host_device)
     vals: dict = {}
     for i in positions:
         vals[i] = run_one(records[i], vals, env, fill)

@@ -1,4 +1,4 @@
-"""Device tensors ("shells") and the host data behind them.
+"""Device tensors and the host data behind them.
 
 Design choice (see DESIGN.md, "Pick one deliberately"): a ``neuron`` tensor is a *plain*
 ``torch.Tensor`` created by ``torch._C._acc.create_empty_tensor`` on the PrivateUse1 key, not a
@@ -8,12 +8,13 @@ PrivateUse1 kernel registered with ``torch.library`` ~5 us/op, against ~2 us nat
 tensor also behaves exactly like a backend tensor: ``type(x) is torch.Tensor``, ``tolist()``,
 ``numpy()`` raising as on CUDA, autograd's own PrivateUse1 kernels.
 
-Where the data lives: every shell's *storage* object carries ``_h``, the host ``UntypedStorage``
-with the bytes; the shell mirrors the host tensor's size/stride/offset. ``shell._d`` caches the
-host view for speed (one attribute read on the hot path). PyTorch sometimes makes shallow copies
-in C++ that never pass through a kernel (``.data``, autograd's saved outputs, ``Parameter``); those
-share the StorageImpl, so ``host()`` rebuilds their view from the storage. ``_h is None`` marks a
-storage whose value the adaptive runtime has not produced yet (a pending output).
+Where the data lives: every device tensor's *storage* object carries ``_h``, the host
+``UntypedStorage`` with the bytes; the device tensor mirrors the host tensor's size/stride/offset.
+``t._d`` caches the host view for speed (one attribute read on the hot path). PyTorch
+sometimes makes shallow copies in C++ that never pass through a kernel (``.data``, autograd's saved
+outputs, ``Parameter``); those share the StorageImpl, so ``host()`` rebuilds their view from the
+storage. ``_h is None`` marks a storage whose value the adaptive runtime has not produced yet (a
+pending output).
 
 The conjugate and negative bits (``x.conj()``, ``_neg_view``) live on the TensorImpl, not in the
 bytes: ``wrap`` copies them from the host tensor, ``_recover`` back onto a rebuilt host view.
@@ -22,7 +23,7 @@ Tensors made by the direct eager kernel (``csrc/direct.cpp``: plain ops in eager
 without entering Python) carry no attributes: their storage is bound to its host storage in
 C++, and ``host_storage`` finds it there the first time Python asks (then ``_h`` caches it).
 
-A shell storage has the host storage's address and size (``bind``, ``csrc/storage.cpp``): its
+A device storage has the host storage's address and size (``bind``, ``csrc/storage.cpp``): its
 ``data_ptr()`` is the host buffer's address, non-zero, unique per buffer and stable, the same for
 every view of the buffer, as on any device, so libraries that tell shared from distinct storage
 by address (safetensors, ``save_pretrained``) see what they would on CUDA. A pending storage has
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from . import seam
+from . import runtime_interface
 
 DEVICE = torch.device("neuron", 0)
 _create = torch._C._acc.create_empty_tensor
@@ -50,7 +51,7 @@ _NOT_OURS = object()
 
 
 def bind(st, host_storage) -> None:
-    """Give shell storage ``st`` the host storage's bytes: ``_h`` for the kernels, and (native)
+    """Give device storage ``st`` the host storage's bytes: ``_h`` for the kernels, and (native)
     the host buffer's address and size for ``data_ptr()``/``nbytes()``."""
     st._h = host_storage
     if _bind is not None:
@@ -63,7 +64,7 @@ def use_native(ext) -> None:
 
 
 def host_storage(st, missing=0):
-    """The host storage behind shell storage ``st``: ``None`` for a pending output, ``missing``
+    """The host storage behind device storage ``st``: ``None`` for a pending output, ``missing``
     for a storage the device did not make. Cached in ``st._h``."""
     try:
         return st._h
@@ -92,14 +93,14 @@ def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host
 
 
 def wrap(h: torch.Tensor, hs=None) -> torch.Tensor:
-    """A new shell for host tensor ``h`` (same size, stride, offset, dtype); ``hs``: its
+    """A new device tensor for host tensor ``h`` (same size, stride, offset, dtype); ``hs``: its
     storage, if the caller has it."""
     if hs is None:
         hs = h.untyped_storage()
     s = _create(h.shape, h.dtype) if h.is_contiguous() and h.storage_offset() == 0 else None
     # the strides exactly, size-1 dimensions' too: a contiguous (2, 50, 1) host tensor may have
     # strides (50, 1, 50), and CPU's kernels choose their paths by them (a host view rebuilt
-    # from the shell, as the native direct kernel builds it, must be the same tensor)
+    # from the device tensor, as the native direct kernel builds it, must be the same tensor)
     if s is not None and s.stride() == h.stride():
         st = s.untyped_storage()
         st._h = hs                      # bind(st, hs), inline: wrap is on every op's path
@@ -125,8 +126,8 @@ def _copy_bits(src: torch.Tensor, dst: torch.Tensor) -> None:
 
 
 def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """A shell for ``h``, a host view of shell ``base``'s bytes (``view``, slicing, ``t``,
-    ``as_strided``...), on ``base``'s own storage: as on any device, a view shares its base's
+    """A device tensor for ``h``, a host view of device tensor ``base``'s bytes (``view``, slicing,
+    ``t``, ``as_strided``...), on ``base``'s own storage: as on any device, a view shares its base's
     StorageImpl, so ``untyped_storage()``, ``torch._C._is_alias_of`` and everything keyed by
     storage (c10d's registry of in-flight collectives that ``wait_tensor`` looks up, DDP's
     bucket views) see one storage. Falls back to ``wrap`` when ``h`` is not on ``base``'s bytes."""
@@ -150,15 +151,16 @@ def storage_for(hs) -> torch.UntypedStorage:
 
 
 def restride(s: torch.Tensor, h: torch.Tensor) -> None:
-    """Make existing shell ``s`` mirror ``h`` after an in-place metadata change (resize_, t_, out=)."""
+    """Make existing device tensor ``s`` mirror ``h`` after an in-place metadata change (resize_,
+    t_, out=)."""
     hs = h.untyped_storage()
     _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
     s._d = h
 
 
 def restride_meta(s: torch.Tensor, size, stride, offset: int) -> None:
-    """Give shell ``s`` new size/stride/offset ahead of its data (a deferred ``t_``/``squeeze_``):
-    the host tensor is changed the same way when the region runs."""
+    """Give device tensor ``s`` new size/stride/offset ahead of its data (a deferred
+    ``t_``/``squeeze_``): the host tensor is changed the same way when the region runs."""
     if tuple(s.shape) == tuple(size) and s.stride() == tuple(stride) and s.storage_offset() == offset:
         return
     old = s.untyped_storage()
@@ -169,7 +171,8 @@ def restride_meta(s: torch.Tensor, size, stride, offset: int) -> None:
 
 
 def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
-    """A shell whose value is not computed yet (adaptive runtime); ``host()`` asks the runtime."""
+    """A device tensor whose value is not computed yet (adaptive runtime); ``host()`` asks the
+    runtime."""
     s = _create(size, dtype)
     if offset or tuple(stride) != s.stride():
         span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if s.numel() else 0
@@ -181,7 +184,8 @@ def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
 
 
 def pending_dense(size, dtype: torch.dtype) -> torch.Tensor:
-    """``pending`` for a contiguous value at offset 0 (the common case, on the deferral hot path)."""
+    """``pending`` for a contiguous value at offset 0 (the common case, on the deferral hot
+    path)."""
     s = _create(size, dtype)
     s.untyped_storage()._h = None
     s._d = None
@@ -189,7 +193,7 @@ def pending_dense(size, dtype: torch.dtype) -> torch.Tensor:
 
 
 def fill(s: torch.Tensor, h: torch.Tensor) -> None:
-    """Give a pending shell its value."""
+    """Give a pending tensor its value."""
     bind(s.untyped_storage(), h.untyped_storage())
     s._d = h
 
@@ -203,9 +207,9 @@ def is_pending(s: torch.Tensor) -> bool:
 
 def host(s: torch.Tensor) -> torch.Tensor:
     """The host tensor holding ``s``'s value (materializing a pending value), once the launches
-    the runtime queued on the device have run (``seam.wait_launches``: one may write it in
-    place)."""
-    seam.wait_launches()
+    the runtime queued on the device have run (``runtime_interface.wait_launches``: one may write it
+    in place)."""
+    runtime_interface.wait_launches()
     return host_now(s)
 
 
@@ -217,13 +221,13 @@ def host_now(s: torch.Tensor) -> torch.Tensor:
     except AttributeError:
         d = _recover(s)
     if d is None:
-        d = seam.materialize(s)      # a pending output: the runtime computes it
+        d = runtime_interface.materialize(s)      # a pending output: the runtime computes it
     return d
 
 
 def _recover(s: torch.Tensor):
-    """``host``'s view of a shell without a cached one (a tensor the direct kernel made, or one
-    autograd made anew): built on its storage's host bytes and cached in ``s._d``."""
+    """``host``'s view of a device tensor without a cached one (a tensor the direct kernel made, or
+    one autograd made anew): built on its storage's host bytes and cached in ``s._d``."""
     if _host_view is not None:
         d = _host_view(s)
         if d is not None:

@@ -1,4 +1,4 @@
-"""The one seam between the device (layer 1) and an execution runtime (layer 2).
+"""The one interface between the device (layer 1) and an execution runtime (layer 2).
 
 Without a runtime the device runs every op at once (``kernels.execute``). A runtime that
 defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once, with
@@ -8,7 +8,7 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
   ``registry``) goes to the runtime, which runs it, or queues it and returns pending outputs;
 - ``flush(reason)``: before the host reads device data or waits for the device (``.cpu()``,
   ``torch.neuron.synchronize()``, stream/event sync), queued work runs;
-- ``materialize(shell)``: a pending output's host value is needed now (``shell.host``);
+- ``materialize(tensor)``: a pending output's host value is needed now (``tensor_data.host``);
 - ``pending_bytes()``: the bytes of the pending outputs still alive (``memory``: they count in
   ``memory_allocated()`` though nothing is allocated for them yet);
 - ``boundary(reason)``: a phase of a training step ends (a backward pass of ``neuron`` roots
@@ -16,8 +16,9 @@ defers ops (``neuron_lab.runtime``'s adaptive engine) installs itself here, once
   computes the forward pass while the host issues the backward's ops (optional).
 
 A runtime that launches work on a thread of its own (the adaptive runtime's launch queue) also
-gives ``wait_launches()``: wait until that work has run. ``shell.host`` calls it before handing
-out a host tensor, since a queued launch may still write it in place (an optimizer's update).
+gives ``wait_launches()``: wait until that work has run. ``tensor_data.host`` calls it before
+handing out a host tensor, since a queued launch may still write it in place (an optimizer's
+update).
 
 They are module attributes so the hot path reads one global; ``install`` is the only
 place that sets them (the layer rule: the device never imports the runtime).
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 class Runtime(Protocol):
     def launch(self, facts, args: tuple, kwargs: dict) -> Any: ...
     def flush(self, reason: str) -> None: ...
-    def materialize(self, shell) -> Any: ...
+    def materialize(self, tensor) -> Any: ...
     def pending_bytes(self) -> int: ...
     # optional: def wait_launches(self) -> None: wait for work launched on a thread of the runtime's
     # optional: def boundary(self, reason: str) -> None: a step's phase ends; do not wait
@@ -46,7 +47,7 @@ def _no_flush(reason: str) -> None:
     return None
 
 
-def _no_materialize(shell):
+def _no_materialize(tensor):
     raise RuntimeError("neuron: a pending tensor without an installed runtime "
                        "(neuron_lab.runtime installs one at import)")
 

@@ -1,7 +1,8 @@
-// Pending shells in C: shell.pending in C. A deferred op's output is a PrivateUse1 tensor with
+// Pending tensors in C (tensor_data.pending). A deferred op's output is a PrivateUse1 tensor with
 // the predicted metadata on a storage without bytes; its values come when its region runs.
-// ``new_shell`` serves the hot path (deferral.cpp, from a trie node's FastOut), ``pending`` and
-// ``pending_dense`` the Python engine's shells for ops with several outputs (Engine._defer).
+// ``new_pending`` serves the hot path (deferral.cpp, from a trie node's FastOut), ``pending`` and
+// ``pending_dense`` the Python engine's device tensors for ops with several outputs
+// (Engine._defer).
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -28,13 +29,14 @@ bool int_vector(PyObject* tuple, std::vector<int64_t>* out) {
   return true;
 }
 
-// A pending shell as shell.pending makes it, without a Python call: a PrivateUse1 tensor of the
+// A pending tensor as tensor_data.pending makes it, without a Python call: a PrivateUse1 tensor of
+// the
 // predicted size, stride and offset on a storage without bytes (they come when the region runs):
-// dense, create_empty_tensor's (an empty storage of the device's shell allocator); strided, an
+// dense, create_empty_tensor's (an empty storage of the device's storage allocator); strided, an
 // unresizable storage of the bytes the strides span (_construct_storage_from_data_pointer's).
 // (tensor, storage) as new references, or false with an exception set. `strides` and `off` are
 // read only when not dense.
-bool make_shell(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+bool make_pending(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                 int64_t off, PyObject* dtype, bool dense, PyObject** t, PyObject** st) {
   if (Py_TYPE(dtype) != S.dtype_type) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's dtype must be a torch.dtype");
@@ -67,14 +69,14 @@ bool make_shell(const std::vector<int64_t>& sizes, const std::vector<int64_t>& s
 
 }  // namespace
 
-// make_shell from a FastOut's Python size, stride and offset (tuples and an int).
-bool new_shell(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
+// make_pending from a FastOut's Python size, stride and offset (tuples and an int).
+bool new_pending(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
                PyObject** t, PyObject** st) {
   std::vector<int64_t> sizes, strides;
   if (!int_vector(size, &sizes) || (!dense && !int_vector(stride, &strides))) return false;
   int64_t off = dense ? 0 : PyLong_AsLongLong(offset);
   if (off == -1 && PyErr_Occurred()) return false;
-  return make_shell(sizes, strides, off, dtype, dense, t, st);
+  return make_pending(sizes, strides, off, dtype, dense, t, st);
 }
 
 PyObject* set_attr_none(PyObject* o, PyObject* name) {
@@ -87,11 +89,13 @@ namespace {
 
 using namespace deferral;
 
-// shell.pending(size, stride, dtype, offset=0) and shell.pending_dense(size, dtype) in C: the
-// shells Engine._defer hands out for ops with several outputs (SDPA's, a foreach op's list),
+// tensor_data.pending(size, stride, dtype, offset=0) and tensor_data.pending_dense(size, dtype) in
+// C: the
+// device tensors Engine._defer hands out for ops with several outputs (SDPA's, a foreach op's
+// list),
 // ~20 us (strided) and ~2 us (dense) of Python each. Dense: offset 0 and torch's contiguous
-// strides (size-1 dimensions' strides included), as shell.pending decides.
-PyObject* pending_shell(PyObject* size, PyObject* stride, PyObject* dtype, PyObject* offset) {
+// strides (size-1 dimensions' strides included), as tensor_data.pending decides.
+PyObject* pending_tensor(PyObject* size, PyObject* stride, PyObject* dtype, PyObject* offset) {
   if (S.allocator == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure() first");
     return nullptr;
@@ -116,7 +120,7 @@ PyObject* pending_shell(PyObject* size, PyObject* stride, PyObject* dtype, PyObj
     }
   }
   PyObject *t = nullptr, *st = nullptr;
-  if (!make_shell(sizes, strides, off, dtype, dense, &t, &st)) return nullptr;
+  if (!make_pending(sizes, strides, off, dtype, dense, &t, &st)) return nullptr;
   bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(t, s_d) != nullptr;
   Py_DECREF(st);
   if (!ok) Py_CLEAR(t);
@@ -131,7 +135,7 @@ PyObject* pending_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   static PyObject* zero = PyLong_FromLong(0);
   PyObject* size = PySequence_Tuple(argv[0]);     // tuples as they are; lists, torch.Size
   PyObject* stride = size ? PySequence_Tuple(argv[1]) : nullptr;
-  PyObject* t = stride ? pending_shell(size, stride, argv[2], n == 4 ? argv[3] : zero) : nullptr;
+  PyObject* t = stride ? pending_tensor(size, stride, argv[2], n == 4 ? argv[3] : zero) : nullptr;
   Py_XDECREF(size);
   Py_XDECREF(stride);
   return t;
@@ -143,22 +147,23 @@ PyObject* pending_dense_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     return nullptr;
   }
   PyObject* size = PySequence_Tuple(argv[0]);
-  PyObject* t = size ? pending_shell(size, nullptr, argv[1], nullptr) : nullptr;
+  PyObject* t = size ? pending_tensor(size, nullptr, argv[1], nullptr) : nullptr;
   Py_XDECREF(size);
   return t;
 }
 
 PyMethodDef pending_def = {"pending",
                            reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&pending_py)),
-                           METH_FASTCALL, "pending(size, stride, dtype, offset=0): shell.pending"};
+                           METH_FASTCALL,
+                           "pending(size, stride, dtype, offset=0): tensor_data.pending"};
 PyMethodDef pending_dense_def = {
     "pending_dense", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&pending_dense_py)),
-    METH_FASTCALL, "pending_dense(size, dtype): shell.pending_dense"};
+    METH_FASTCALL, "pending_dense(size, dtype): tensor_data.pending_dense"};
 
 
 }  // namespace
 
-void init_deferral_shells(py::module_& m) {
+void init_pending_tensors(py::module_& m) {
   for (PyMethodDef* d : {&pending_def, &pending_dense_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
 }
