@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from . import knobs, native
+from . import core, knobs
 from .compiler import data_floats
 from .record import CALLER
 from .snapshot import RegionSnapshot
@@ -41,7 +41,7 @@ class _Fields:
         self.plan = self.fast = self._new_bytes = self._alias_outs = None
 
 
-class Node(native.implementation("Node", _Fields)):
+class Node(core.implementation("Node", _Fields)):
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
     determines it, so it is the same for every region through this node).
 

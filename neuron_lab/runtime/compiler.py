@@ -42,7 +42,7 @@ from torch import fx
 
 from ..device import tensor_data
 from ..device.executor import host_device
-from . import native
+from . import core
 from .extern_ops import EXTERN
 from .record import Ref, contiguous_strides
 
@@ -77,7 +77,7 @@ def scalar_values_py(scalars, records: list) -> list:
             if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]
 
 
-scalar_values = native.implementation("scalar_values", scalar_values_py)
+scalar_values = core.implementation("scalar_values", scalar_values_py)
 
 
 def packed_scalars_py(scalars, records: list) -> Tensor:
@@ -86,7 +86,7 @@ def packed_scalars_py(scalars, records: list) -> Tensor:
     return torch.tensor(scalar_values(scalars, records), dtype=torch.float64)
 
 
-packed_scalars = native.implementation("packed_scalars", packed_scalars_py)
+packed_scalars = core.implementation("packed_scalars", packed_scalars_py)
 
 
 def data_floats(records: list) -> list:

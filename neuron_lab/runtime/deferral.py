@@ -20,7 +20,7 @@ import torch
 
 from ..device import memory, tensor_data, tracking
 from ..device.dtypes import HOST_ONLY
-from . import native, pending
+from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
 from .record import (CALLER, PENDING, Produced, QueuedOp, fast_out, identity_view, out_plan,
@@ -30,8 +30,8 @@ from .segment import Segment
 Tensor = torch.Tensor
 _executed = tracking.executed
 # _defer's device tensors for several outputs: pending_tensors.cpp where the extension is built
-_pending = native.implementation("pending", tensor_data.pending)
-_pending_dense = native.implementation("pending_dense", tensor_data.pending_dense)
+_pending = core.implementation("pending", tensor_data.pending)
+_pending_dense = core.implementation("pending_dense", tensor_data.pending_dense)
 _create = torch._C._acc.create_empty_tensor
 _tuple_new = tuple.__new__
 

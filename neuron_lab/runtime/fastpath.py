@@ -30,7 +30,7 @@ import torch
 from ..device import kernels, tracking
 from ..device.dtypes import HOST_ONLY
 from . import adaptive, host_scalars, record, verdict
-from .native import extension
+from .core import extension
 
 
 class NativeLaunchRuntime:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from ..device import tensor_data
-from . import knobs, native
+from . import core, knobs
 from .compiler import Plan, arg_at, packed_scalars, scalar_values
 from .layout import misplaced, strided_copy
 from .pending import alive, fill
@@ -47,7 +47,7 @@ def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> l
     return inputs
 
 
-host_inputs = native.implementation("host_inputs", host_inputs_py)
+host_inputs = core.implementation("host_inputs", host_inputs_py)
 
 
 def held_call_py(program, inputs: list):
@@ -57,7 +57,7 @@ def held_call_py(program, inputs: list):
     return program(*inputs)
 
 
-held_call = native.implementation("held_call", held_call_py)
+held_call = core.implementation("held_call", held_call_py)
 
 
 def gather_inputs(plan: Plan, records: list, packed=None) -> list | None:

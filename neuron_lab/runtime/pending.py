@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..device import memory, tensor_data
-from . import native
+from . import core
 
 Tensor = torch.Tensor
 
@@ -78,4 +78,4 @@ def live_outputs_py(records: list) -> set:
             if pair is not None and pair[1]() is not None}
 
 
-live_outputs = native.implementation("live_outputs", live_outputs_py)
+live_outputs = core.implementation("live_outputs", live_outputs_py)

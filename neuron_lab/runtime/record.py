@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..device.dtypes import HOST_ONLY
-from . import native
+from . import core
 
 Tensor = torch.Tensor
 _num = (int, float, bool)
@@ -62,7 +62,7 @@ def ref(pos: int, k: int) -> Ref:
 _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2 us per record
 # A pending output's weak reference: c10's weak pointer, not a cycle-collected weakref, where the
 # extension is built (csrc/weak_outputs.cpp); both are called alike, ``w()``.
-weak_ref = native.implementation("weak_ref", weakref.ref)
+weak_ref = core.implementation("weak_ref", weakref.ref)
 
 
 class Produced(NamedTuple):
@@ -423,7 +423,7 @@ def rebuild(structure, outs: list):
 
 
 def _record_run():
-    ext = native.extension()
+    ext = core.extension()
     if ext is None:
         return record_run_py
     ext.configure_records({"queued": QueuedOp, "produced": Produced, "out_meta": OutMeta,

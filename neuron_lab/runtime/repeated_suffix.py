@@ -18,7 +18,7 @@ called (``Engine._cut_repeats``) only when the rule cuts. This function is the r
 """
 from __future__ import annotations
 
-from . import native
+from . import core
 
 
 def start(seg, min_ops: int, max_period: int) -> None:
@@ -50,4 +50,4 @@ def observe_py(seg, n: int, key, records: list) -> int:
     return -1
 
 
-observe = native.implementation("observe_repeats", observe_py)
+observe = core.implementation("observe_repeats", observe_py)

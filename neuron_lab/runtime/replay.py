@@ -13,7 +13,7 @@ import torch
 
 from ..device import tensor_data
 from ..device.executor import host_device
-from . import native
+from . import core
 from .pending import alive, fill
 from .record import Ref, flatten_outputs
 
@@ -91,7 +91,7 @@ def replay_py(records: list, host, fill_, ref_type, device_type, host_device_) -
             vals[j] = None
 
 
-replay = native.implementation("replay", replay_py)
+replay = core.implementation("replay", replay_py)
 
 
 def per_op(records: list) -> float:

@@ -9,7 +9,7 @@ with the Python class below, the reference with the same fields.
 """
 from __future__ import annotations
 
-from . import native
+from . import core
 
 
 class _Fields:
@@ -37,4 +37,4 @@ class _Fields:
         self.suffix_max = 0              # NEURON_LAB_MAX_PERIOD, likewise
 
 
-Segment = native.implementation("Segment", _Fields)
+Segment = core.implementation("Segment", _Fields)

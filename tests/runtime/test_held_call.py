@@ -11,9 +11,9 @@ through it.
 import pytest
 import torch
 
-from neuron_lab.runtime import fused, knobs, native
+from neuron_lab.runtime import core, fused, knobs
 
-ext = native.extension()
+ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
 
 

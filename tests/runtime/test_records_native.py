@@ -15,9 +15,9 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
 from neuron_lab.device import tensor_data
-from neuron_lab.runtime import compiler, fused, native, pending, record
+from neuron_lab.runtime import compiler, core, fused, pending, record
 
-ext = native.extension()
+ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
 
 aten = torch.ops.aten
@@ -248,10 +248,10 @@ def test_record_run_records_tuples_lists_and_none_itself():
 
 
 def test_every_reference_has_its_c_implementation():
-    """``native.references()``: each Python reference the modules picked an implementation for
+    """``core.references()``: each Python reference the modules picked an implementation for
     has one of the same name in the extension (NEURON_LAB_NATIVE_DEFER=0 runs the references)."""
-    from neuron_lab.runtime import native
-    refs = native.references()
+    from neuron_lab.runtime import core
+    refs = core.references()
     assert {"replay", "live_outputs", "host_inputs", "held_call", "Segment", "Node",
             "observe_repeats", "weak_ref"} <= refs.keys()
     for name, reference in refs.items():

@@ -8,10 +8,10 @@ import torch
 
 import neuron_lab
 from neuron_lab import runtime
-from neuron_lab.runtime import knobs, native, record, repeated_suffix
+from neuron_lab.runtime import core, knobs, record, repeated_suffix
 from neuron_lab.runtime.segment import _Fields
 
-ext = native.extension()
+ext = core.extension()
 
 
 def _records(keys):

@@ -10,10 +10,10 @@ import neuron_lab.runtime as rt
 from neuron_lab.device import tensor_data
 from neuron_lab.device.executor import host_device
 from neuron_lab.device.op_facts import facts
-from neuron_lab.runtime import native, record, replay
+from neuron_lab.runtime import core, record, replay
 from neuron_lab.runtime.pending import fill
 
-ext = native.extension()
+ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
 
 aten = torch.ops.aten

@@ -13,7 +13,7 @@ module: the modules that pick an implementation import it, it imports none of th
 """
 from __future__ import annotations
 
-from ..device import native
+from ..device import native as device_native
 from . import knobs
 
 MODULE = "neuron_lab.runtime._runtime_ext"
@@ -21,10 +21,10 @@ MODULE = "neuron_lab.runtime._runtime_ext"
 
 def extension():
     """The compiled extension, or None when ``NEURON_LAB_NATIVE_DEFER=0`` asks for the Python
-    references (``native.NativeLibraryError`` if it cannot be loaded)."""
+    references (``device.native.NativeLibraryError`` if it cannot be loaded)."""
     if not knobs.NATIVE_DEFER.get():
         return None
-    return native.extension(MODULE)
+    return device_native.extension(MODULE)
 
 
 _references: dict = {}
