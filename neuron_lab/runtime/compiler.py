@@ -71,7 +71,7 @@ def arg_at(rec, path):
 
 def scalar_values_py(scalars, records: list) -> list:
     """The region's data floats, in plan order (once per launch for every float of the
-    region). ``scalar_values`` is its C implementation (csrc/records.cpp) where the extension is
+    region). ``scalar_values`` is its C implementation (csrc/record.cpp) where the extension is
     built."""
     return [(records[i].args[w] if type(w) is int else records[i].kwargs[w])
             if sub is None else arg_at(records[i], (w, sub)) for i, (w, sub) in scalars]

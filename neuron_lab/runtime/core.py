@@ -1,7 +1,7 @@
 """The runtime's C extension (``runtime/csrc``, compiled by the package build into
 ``neuron_lab.runtime._runtime_ext``): the deferral hot path (``deferral.cpp``, with
 ``deferral_keys.cpp`` and ``pending_tensors.cpp``; used by ``fastpath``), the engine's
-record keeping (``records.cpp``: ``record.record_run``, ``pending.live_outputs``,
+record keeping (``record.cpp``: ``record.record_run``, ``pending.live_outputs``,
 ``compiler.scalar_values``), per-op replay (``replay.cpp``: ``replay.replay_py``) and the fused
 launch's call (``held_call.cpp``: ``fused.held_call_py``).
 

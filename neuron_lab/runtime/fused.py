@@ -33,7 +33,7 @@ class FloatsChanged(Exception):
 def host_inputs_py(occurrences: tuple, pattern: tuple, records: list, host) -> list | None:
     """Each distinct tensor at the plan's argument paths, in order, as ``host``
     (tensor_data.host_now) gives it; None if the tensors alias otherwise than ``pattern`` (the
-    compile-time slots). ``host_inputs`` is its C implementation (csrc/records.cpp): this loop costs
+    compile-time slots). ``host_inputs`` is its C implementation (csrc/record.cpp): this loop costs
     microseconds of Python per input, on every launch."""
     slots: dict[int, int] = {}
     inputs = []

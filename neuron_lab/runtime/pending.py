@@ -73,7 +73,7 @@ def live_outputs_py(records: list) -> set:
     """{(op, output)} whose pending tensor (or its storage) is still alive. The storage decides:
     a live tensor keeps its storage (and PyTorch its one Python object) alive, and a storage
     outlives its tensor only through a C++ shallow copy, which needs the value too.
-    ``live_outputs`` is its C implementation (csrc/records.cpp) where the extension is built."""
+    ``live_outputs`` is its C implementation (csrc/record.cpp) where the extension is built."""
     return {(i, k) for i, rec in enumerate(records) for k, pair in enumerate(rec.outs)
             if pair is not None and pair[1]() is not None}
 

@@ -361,7 +361,7 @@ def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: 
     """Append the record of an op that ran now (the engine's capture) to ``records``, and its
     outputs' producer entries (under ``id`` of each output and ``storage_key``; a host-only
     output gets none: it is never a queued argument). ``record_run`` is this function in C
-    where the runtime's extension is built (csrc/records.cpp), ~5 us less per captured op."""
+    where the runtime's extension is built (csrc/record.cpp), ~5 us less per captured op."""
     outs = flatten_outputs(out)
     pos = len(records)
     metas = tuple([out_meta(t) for t in outs])

@@ -518,7 +518,7 @@ def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
 
 
 def test_the_records_c_reads_by_position_keep_their_field_order():
-    """deferral.cpp reads FastOut, OutSpec and OutMeta, and replay.cpp and records.cpp read
+    """deferral.cpp reads FastOut, OutSpec and OutMeta, and replay.cpp and record.cpp read
     QueuedOp, by position: a reordered field would be read as another one."""
     assert record.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
                                       "queueable", "ref", "same_as")

@@ -1,5 +1,5 @@
 // CPython helpers shared by the native extensions' C callables (device/csrc/kernel.cpp,
-// python_call.cpp, runtime/csrc/deferral.cpp, records.cpp): interned names, the objects Python
+// python_call.cpp, runtime/csrc/deferral.cpp, record.cpp): interned names, the objects Python
 // configures them with, the call into the device's generic kernel, and the one counter every op
 // increments.
 #pragma once

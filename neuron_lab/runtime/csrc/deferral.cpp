@@ -45,7 +45,7 @@
 #include "deferral.h"
 #include "segment.h"
 #include "trie_node.h"
-#include "records.h"   // set_producer
+#include "record.h"   // set_producer
 #include "repeated_suffix.h"
 #include "weak_outputs.h"
 

@@ -11,7 +11,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
-#include "records.h"   // set_producer
+#include "record.h"   // set_producer
 #include "weak_outputs.h"   // weak_is
 
 namespace py = pybind11;

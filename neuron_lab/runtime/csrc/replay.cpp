@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern
-#include "records.h"          // host_of
+#include "record.h"          // host_of
 #include "weak_outputs.h"     // weak_object
 
 namespace py = pybind11;

@@ -1,4 +1,4 @@
-"""The engine's record keeping in C (runtime/csrc/records.cpp) against its Python references.
+"""The engine's record keeping in C (runtime/csrc/record.cpp) against its Python references.
 
 ``record_run`` (capture's record and producer entries), ``live_outputs``, ``scalar_values``,
 ``packed_scalars`` and ``host_inputs`` are each compared with the Python function of the same

@@ -1,4 +1,4 @@
-// What records.cpp shares with the runtime's other C files.
+// What record.cpp shares with the runtime's other C files.
 #pragma once
 #include <Python.h>
 

@@ -1,6 +1,6 @@
 // The engine's record keeping in C: what Python does once per captured op and once per launch,
 // done on the same Python objects (the Python function named with each is the reference, and
-// what runs without the extension; tests/runtime/test_records_native.py compares them):
+// what runs without the extension; tests/runtime/test_record_native.py compares them):
 //
 //   record_run(facts, targs, tkw, key, out, where, records, producers)   record.record_run
 //       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None] * n,
@@ -18,7 +18,7 @@
 //       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
 //       host tensor (``_d``, else ``host(t)``: tensor_data.host), or None if they alias otherwise.
 //
-// For the runtime's other C files (records.h): ``host_of`` (a tensor's cached host view) and
+// For the runtime's other C files (record.h): ``host_of`` (a tensor's cached host view) and
 // ``set_producer`` (the one place a producer entry is made).
 //
 // In Python these were microseconds per op (flatten, out_meta, structure_of, the record, two
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold
-#include "records.h"
+#include "record.h"
 #include "weak_outputs.h"
 
 namespace py = pybind11;
@@ -541,7 +541,7 @@ PyObject* host_of(PyObject* t, PyObject* host) {
   return PyObject_CallOneArg(host, t);
 }
 
-void init_records(py::module_& m) {
+void init_record(py::module_& m) {
   s_t = intern("t");
   s_tuple = intern("tuple");
   s_list = intern("list");
