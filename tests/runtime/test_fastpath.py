@@ -374,6 +374,37 @@ def test_ops_captured_in_c_are_recorded_as_python_records_them():
     assert c["stats"] == py["stats"] and c["loss"] == py["loss"]
 
 
+def test_an_op_the_direct_kernel_cannot_run_is_captured_without_python(compile_off, monkeypatch):
+    """Capture in C runs an op whose PrivateUse1 kernel is not the direct kernel (``zero_``)
+    through the device's ``execute`` itself, as ``kernels.run_now`` would, not through
+    ``run_now``'s Python frame; the results equal CPU's."""
+    from neuron_lab.device import kernels
+    assert not facts(aten.zero_.default).direct_kernel
+    calls = []
+    real = kernels.run_now
+    monkeypatch.setattr(kernels, "run_now", lambda f, a, k: calls.append(f) or real(f, a, k))
+    rt.install()          # the C path takes run_now at configure
+
+    def step(x, k):
+        y = x * k
+        y.zero_()             # an op's first call is captured in Python (its verdict is learnt)
+        return (y + x).sum()
+
+    try:
+        x_cpu = torch.linspace(-1, 1, 12)
+        x = x_cpu.to("neuron")
+        with rt.mode("adaptive"):
+            first = step(x, 2.0).item()
+            before = fastpath.captured()
+            again = step(x * 3, 2.0).item()    # a new segment: its ops after the first, in C
+            captured = fastpath.captured() - before
+        assert first == step(x_cpu, 2.0).item() and again == step(x_cpu * 3, 2.0).item()
+        assert captured >= 2 and calls == []
+    finally:
+        monkeypatch.undo()
+        rt.install()
+
+
 def test_a_pending_output_made_in_c_is_the_tensor_python_makes():
     """The C path builds a dense pending output itself (not through create_empty_tensor): it
     must be the same kind of tensor ``tensor_data.pending_dense`` makes, and get its value like

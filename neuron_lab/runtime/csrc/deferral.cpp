@@ -387,14 +387,21 @@ PyObject* user_line() {
   return Py_NewRef(last);
 }
 
-// kernels.run_now's first step, without its Python frame: the call the direct kernel passed to
-// the runtime, run there on the dispatcher's arguments, for an ``OpFacts.direct_kernel`` op.
-// nullptr without an exception: not run (run_now runs it); with one: it failed.
-PyObject* run_boxed_call(PyObject* args, bool direct) {
-  if (S.run_boxed_call == Py_None || !direct) return nullptr;
-  PyObject* out = PyObject_CallOneArg(S.run_boxed_call, args);
-  if (out == Py_None) Py_CLEAR(out);
-  return out;
+// kernels.run_now without its Python frame. An ``OpFacts.direct_kernel`` op: the call the direct
+// kernel passed to the runtime, run there on the dispatcher's arguments, else (the direct kernel
+// declines it) run_now itself. Any other op: the device's ``execute`` (run_now's only step for
+// it). The op's result, or nullptr with an exception.
+PyObject* run_now(PyObject* f, PyObject* args, PyObject* kwargs, bool direct) {
+  if (!direct) {
+    PyObject* argv[3] = {f, args, kwargs};
+    return PyObject_Vectorcall(S.execute, argv, 3, nullptr);
+  }
+  if (S.run_boxed_call != Py_None) {
+    PyObject* out = PyObject_CallOneArg(S.run_boxed_call, args);
+    if (out != Py_None) return out;   // its result, or nullptr: it failed
+    Py_DECREF(out);
+  }
+  return PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
 }
 
 // Engine._capture for an op met in the middle of a segment that no known region continues: run
@@ -404,9 +411,7 @@ PyObject* run_boxed_call(PyObject* args, bool direct) {
 // The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
                   PyObject* records, PyObject* producers, Py_ssize_t pos, bool direct) {
-  PyObject* out = run_boxed_call(args, direct);
-  if (out == nullptr && !PyErr_Occurred())
-    out = PyObject_CallFunctionObjArgs(S.run_now, f, args, kwargs, nullptr);
+  PyObject* out = run_now(f, args, kwargs, direct);
   if (out == nullptr) return nullptr;
   segment::SegmentObject* seg = S.segment;
   PyObject* stats = seg->stats;   // borrowed
@@ -593,7 +598,7 @@ done:
   return result;
 }
 
-// launch(facts, args, kwargs): the device's runtime interface.launch
+// launch(facts, args, kwargs): the device's runtime_interface.launch
 PyObject* launch(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   if (n != 3 || !PyTuple_Check(argv[1])) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: launch(facts, args: tuple, kwargs)");
