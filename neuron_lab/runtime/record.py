@@ -37,8 +37,10 @@ class NotQueueable(Exception):
     """This call cannot be part of a region (CPU tensor argument, unhashable argument)."""
 
 
-class Ref:
-    """An argument that is output ``k`` of op ``pos`` of the same region (no strong reference)."""
+class _Ref:
+    """An argument that is output ``k`` of op ``pos`` of the same region (no strong reference).
+    The reference ``NEURON_LAB_NATIVE_DEFER=0`` runs with; the extension's ``Ref``
+    (``csrc/ref.cpp``) is the same in a C struct whose fields its C++ reads."""
     __slots__ = ("pos", "k")
 
     def __init__(self, pos: int, k: int) -> None:
@@ -46,6 +48,9 @@ class Ref:
 
     def __repr__(self) -> str:
         return f"Ref({self.pos}, {self.k})"
+
+
+Ref = core.implementation("Ref", _Ref)
 
 
 _refs: dict = {}
@@ -427,8 +432,7 @@ def _record_run():
     if ext is None:
         return record_run_py
     ext.configure_records({"queued": QueuedOp, "produced": Produced, "out_meta": OutMeta,
-                           "ref": ref, "refs": _refs, "host_only": HOST_ONLY,
-                           "python": record_run_py, "ref_type": Ref})
+                           "refs": _refs, "host_only": HOST_ONLY, "python": record_run_py})
     return ext.record_run
 
 

@@ -256,3 +256,27 @@ def test_every_reference_has_its_c_implementation():
             "observe_repeats", "weak_ref"} <= refs.keys()
     for name, reference in refs.items():
         assert callable(getattr(ext, name)) and getattr(ext, name) is not reference, name
+
+
+def test_refs_are_the_extensions_c_type_shared_per_output():
+    """``record.Ref`` is the extension's C type (csrc/ref.cpp: record.cpp and replay.cpp read its
+    fields from the struct): shared per (pos, k) by ``record.ref`` and by the C capture alike,
+    read-only, pickled as itself; the C replay refuses another ref type rather than misread."""
+    import pickle
+    assert record.Ref is ext.Ref
+    r = record.ref(5, 1)
+    assert (r.pos, r.k) == (5, 1) and repr(r) == "Ref(5, 1)" and record.ref(5, 1) is r
+    with pytest.raises(AttributeError):
+        r.pos = 2
+    back = pickle.loads(pickle.dumps(r))
+    assert type(back) is record.Ref and (back.pos, back.k) == (5, 1)
+    x = torch.randn(3).to("neuron")
+    y = torch.neg(x)
+    records, producers = [], {}
+    key, targs, tkw = record.describe(facts(aten.neg.default), (x,), None, 0, {})
+    record.record_run(facts(aten.neg.default), targs, tkw, key, y, None, records, producers)
+    made = producers[id(y)].ref                 # the Ref record.cpp made for y (ref_of)
+    assert type(made) is ext.Ref and (made.pos, made.k) == (0, 0)
+    assert made is record.ref(0, 0) is record._refs[(0, 0)]
+    with pytest.raises(TypeError, match="ref_type"):
+        ext.replay(records, tensor_data.host, pending.fill, record._Ref, torch.device, None)

@@ -34,6 +34,7 @@
 
 #include "python_objects.h"   // device/csrc: intern, hold
 #include "record.h"
+#include "ref.h"
 #include "weak_outputs.h"
 
 namespace py = pybind11;
@@ -45,14 +46,12 @@ struct Records {
   PyTypeObject* queued = nullptr;    // record.QueuedOp
   PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* out_meta = nullptr;  // record.OutMeta
-  PyObject* ref = nullptr;           // record.ref(pos, k)
-  PyObject* refs = nullptr;          // record._refs, the Refs it made: {(pos, k): Ref}
+  PyObject* refs = nullptr;          // record._refs, the shared Refs: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
-  PyObject* ref_type = nullptr;      // record.Ref
 };
 Records R;
-PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none, *s_pos, *s_k;
+PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none;
 
 constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4, kMetas = 5;   // QueuedOp's fields
 
@@ -142,16 +141,10 @@ bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject
   return ok;
 }
 
-// The metadata of output ``ref`` (a record.Ref: ``pos``, ``k``) of an earlier record: borrowed,
-// or nullptr with an exception set
+// The metadata of output ``ref`` (a record.Ref) of an earlier record: borrowed, or nullptr with
+// an exception set
 PyObject* meta_of_ref(PyObject* records, PyObject* ref) {
-  PyObject* pos = PyObject_GetAttr(ref, s_pos);
-  PyObject* k = pos ? PyObject_GetAttr(ref, s_k) : nullptr;
-  Py_ssize_t i = k ? PyLong_AsSsize_t(pos) : -1;
-  Py_ssize_t j = k ? PyLong_AsSsize_t(k) : -1;
-  Py_XDECREF(pos);
-  Py_XDECREF(k);
-  if (PyErr_Occurred()) return nullptr;
+  const Py_ssize_t i = ref::as_ref(ref).pos, j = ref::as_ref(ref).k;
   PyObject* rec = i >= 0 && i < PyList_GET_SIZE(records) ? PyList_GET_ITEM(records, i) : nullptr;
   PyObject* metas = rec && PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > kMetas
                         ? PyTuple_GET_ITEM(rec, kMetas) : nullptr;
@@ -177,9 +170,7 @@ int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* ta
     while (PyDict_Next(tkw, &at, &name, &value))
       if (value == out) return 1;
   }
-  if (!single || n == 0 || reinterpret_cast<PyObject*>(Py_TYPE(PyTuple_GET_ITEM(targs, 0))) !=
-                               R.ref_type)
-    return 0;
+  if (!single || n == 0 || !ref::is_ref(PyTuple_GET_ITEM(targs, 0))) return 0;
   PyObject* src = meta_of_ref(records, PyTuple_GET_ITEM(targs, 0));
   if (src == nullptr) return -1;
   int same = PyObject_RichCompareBool(src, meta, Py_EQ);
@@ -239,11 +230,16 @@ bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** struct
 
 PyObject* ref_of(PyObject* pos, PyObject* k) {
   PyObject* key = PyTuple_Pack(2, pos, k);
-  PyObject* r = key ? PyDict_GetItemWithError(R.refs, key) : nullptr;   // borrowed
-  Py_XDECREF(key);
-  if (r != nullptr) return Py_NewRef(r);
-  if (key == nullptr || PyErr_Occurred()) return nullptr;
-  return PyObject_CallFunctionObjArgs(R.ref, pos, k, nullptr);
+  if (key == nullptr) return nullptr;
+  PyObject* r = PyDict_GetItemWithError(R.refs, key);   // borrowed
+  if (r != nullptr || PyErr_Occurred()) {
+    Py_DECREF(key);
+    return Py_XNewRef(r);
+  }
+  r = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&ref::RefType), pos, k, nullptr);
+  if (r != nullptr && PyDict_SetItem(R.refs, key, r) < 0) Py_CLEAR(r);   // as record.ref
+  Py_DECREF(key);
+  return r;
 }
 
 namespace {
@@ -509,12 +505,10 @@ void configure_records(py::dict o) {
   hold(R.queued, o["queued"]);
   hold(R.produced, o["produced"]);
   hold(R.out_meta, o["out_meta"]);
-  hold(R.ref, o["ref"]);
   hold(R.refs, o["refs"]);
   if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
-  hold(R.ref_type, o["ref_type"]);
   for (PyTypeObject* t : {R.queued, R.produced, R.out_meta}) {
     if (!PyType_IsSubtype(t, &PyTuple_Type))
       throw py::type_error("neuron_lab: QueuedOp, Produced and OutMeta must be NamedTuples");
@@ -547,10 +541,8 @@ void init_record(py::module_& m) {
   s_list = intern("list");
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
-  s_pos = intern("pos");
-  s_k = intern("k");
   m.def("configure_records", &configure_records,
-        "configure_records({queued, produced, out_meta, ref, refs, host_only, python, ref_type}) "
+        "configure_records({queued, produced, out_meta, refs, host_only, python}) "
         "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})

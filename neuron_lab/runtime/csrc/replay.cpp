@@ -7,7 +7,8 @@
 //       host         tensor_data.host: a tensor's host value (its cached ``_d`` read first:
 // host_of)
 //       fill         pending.fill(target, host value)
-//       ref_type     record.Ref (``pos``, ``k``: an output of an earlier op of the queue)
+//       ref_type     record.Ref, the extension's (ref.h: ``pos``, ``k``, an output of an
+//                    earlier op of the queue)
 //       device_type  torch.device; a ``neuron`` one becomes host_device()'s
 //
 // An op that raises gets ``neuron_lab_failed = (index, record)`` on its exception, as the
@@ -22,6 +23,7 @@
 
 #include "python_objects.h"   // device/csrc: intern
 #include "record.h"          // host_of
+#include "ref.h"
 #include "weak_outputs.h"     // weak_object
 
 namespace py = pybind11;
@@ -29,7 +31,7 @@ namespace py = pybind11;
 namespace neuron_lab {
 namespace {
 
-PyObject *s_pos, *s_k, *s_type, *s_failed, *s_neuron, *s_call;
+PyObject *s_type, *s_failed, *s_neuron, *s_call;
 
 constexpr Py_ssize_t kFacts = 0, kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
@@ -42,41 +44,26 @@ struct Call {
                                   // nullptr once no later op reads them)
 };
 
-// The position a Ref names (``pos``), or -1 with an exception set.
-Py_ssize_t ref_pos(PyObject* a) {
-  PyObject* pos = PyObject_GetAttr(a, s_pos);
-  if (pos == nullptr) return -1;
-  Py_ssize_t i = PyLong_AsSsize_t(pos);
-  Py_DECREF(pos);
-  return i;
-}
-
 // last[j] = i for every Ref(j, .) in ``a`` (read by op i); false with an exception set.
-bool note_reads(PyObject* a, Py_ssize_t i, PyObject* ref_type, std::vector<Py_ssize_t>& last) {
+void note_reads(PyObject* a, Py_ssize_t i, std::vector<Py_ssize_t>& last) {
   PyTypeObject* t = Py_TYPE(a);
-  if (reinterpret_cast<PyObject*>(t) == ref_type) {
-    Py_ssize_t j = ref_pos(a);
-    if (j < 0) return !PyErr_Occurred();
-    if (j < static_cast<Py_ssize_t>(last.size())) last[j] = i;
-    return true;
+  if (ref::is_ref(a)) {
+    Py_ssize_t j = ref::as_ref(a).pos;
+    if (j >= 0 && j < static_cast<Py_ssize_t>(last.size())) last[j] = i;
+    return;
   }
   if (t == &PyList_Type || t == &PyTuple_Type) {
     for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(a); ++k)
-      if (!note_reads(PySequence_Fast_GET_ITEM(a, k), i, ref_type, last)) return false;
+      note_reads(PySequence_Fast_GET_ITEM(a, k), i, last);
   }
-  return true;
 }
 
 // replay._resolve: ``a`` with earlier outputs and device tensors replaced by host values.
 // New reference, or nullptr with an exception set.
 PyObject* resolve(PyObject* a, const Call& c) {
   PyTypeObject* t = Py_TYPE(a);
-  if (reinterpret_cast<PyObject*>(t) == c.ref_type) {
-    Py_ssize_t i = ref_pos(a);
-    PyObject* k = i >= 0 ? PyObject_GetAttr(a, s_k) : nullptr;
-    Py_ssize_t j = k ? PyLong_AsSsize_t(k) : -1;
-    Py_XDECREF(k);
-    if (PyErr_Occurred()) return nullptr;
+  if (ref::is_ref(a)) {
+    const Py_ssize_t i = ref::as_ref(a).pos, j = ref::as_ref(a).k;
     if (i < 0 || i >= static_cast<Py_ssize_t>(c.vals->size()) || (*c.vals)[i] == nullptr ||
         j < 0 || j >= PyList_GET_SIZE((*c.vals)[i])) {
       PyErr_SetString(PyExc_IndexError, "neuron_lab: replay: a Ref past the outputs so far");
@@ -216,6 +203,10 @@ PyObject* replay(PyObject*, PyObject* const* argv, Py_ssize_t n) {
                                      "device_type, host_device)");
     return nullptr;
   }
+  if (argv[3] != reinterpret_cast<PyObject*>(&ref::RefType)) {   // the fields read below
+    PyErr_SetString(PyExc_TypeError, "neuron_lab: replay: ref_type must be the extension's Ref");
+    return nullptr;
+  }
   PyObject* records = argv[0];
   const Py_ssize_t n_rec = PyList_GET_SIZE(records);
   // last[j]: the last op that reads op j's outputs (-1: none does)
@@ -226,13 +217,12 @@ PyObject* replay(PyObject*, PyObject* const* argv, Py_ssize_t n) {
       PyErr_SetString(PyExc_TypeError, "neuron_lab: replay: records must be QueuedOps");
       return nullptr;
     }
-    if (!note_reads(PyTuple_GET_ITEM(rec, kArgs), i, argv[3], last)) return nullptr;
+    note_reads(PyTuple_GET_ITEM(rec, kArgs), i, last);
     PyObject* kw = PyTuple_GET_ITEM(rec, kKwargs);
     if (PyDict_Check(kw)) {
       Py_ssize_t pos = 0;
       PyObject *k, *v;
-      while (PyDict_Next(kw, &pos, &k, &v))
-        if (!note_reads(v, i, argv[3], last)) return nullptr;
+      while (PyDict_Next(kw, &pos, &k, &v)) note_reads(v, i, last);
     }
   }
   // freed_after[first[i] .. first[i + 1]): the ops whose outputs are let go once op i ran
@@ -268,8 +258,6 @@ PyMethodDef replay_def = {"replay", reinterpret_cast<PyCFunction>(reinterpret_ca
 }  // namespace
 
 void init_replay(py::module_& m) {
-  s_pos = intern("pos");
-  s_k = intern("k");
   s_type = intern("type");
   s_failed = intern("neuron_lab_failed");
   s_neuron = intern("neuron");

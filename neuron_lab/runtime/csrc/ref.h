@@ -1,0 +1,22 @@
+// A queued op's argument that is an output of an earlier op of the same segment (``record.Ref``):
+// a C type the runtime's C++ reads field by field (record.cpp, replay.cpp), immutable, shared
+// per (pos, k) through ``record.ref``. Python reads ``pos`` and ``k`` through its members.
+#pragma once
+
+#include <Python.h>
+
+namespace neuron_lab::ref {
+
+struct RefObject {
+  PyObject_HEAD
+  Py_ssize_t pos;   // the earlier op's position in the segment
+  Py_ssize_t k;     // which of its (flattened) outputs
+};
+
+extern PyTypeObject RefType;
+
+inline bool is_ref(PyObject* o) { return Py_TYPE(o) == &RefType; }
+
+inline const RefObject& as_ref(PyObject* o) { return *reinterpret_cast<RefObject*>(o); }
+
+}  // namespace neuron_lab::ref
