@@ -223,9 +223,8 @@ def test_record_run_records_tuples_lists_and_none_itself():
 
     def configure(body):
         ext.configure_records({"queued": record.QueuedOp, "produced": record.Produced,
-                               "out_meta": record.OutMeta, "ref": record.ref, "refs": record._refs,
-                               "host_only": record.HOST_ONLY, "python": body,
-                               "ref_type": record.Ref})
+                               "out_meta": record.OutMeta, "refs": record._refs,
+                               "host_only": record.HOST_ONLY, "python": body})
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")
         ln = aten.native_layer_norm.default(x, [6], None, None, 1e-5)
