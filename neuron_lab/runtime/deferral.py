@@ -23,7 +23,7 @@ from ..device.dtypes import HOST_ONLY
 from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
-from .record import (CALLER, PENDING, Produced, QueuedOp, fast_out, identity_view, out_plan,
+from .record import (CALLER, PENDING, Produced, fast_out, identity_view, out_plan, queued_op,
                      rebuild, ref, weak_ref)
 from .segment import Segment
 
@@ -94,8 +94,7 @@ class Deferral:
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
                 prod[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), ref(pos, k)))
-        rec = _tuple_new(QueuedOp, (f, targs, tkw, key, pairs, nxt.metas, nxt.structure,
-                                    nxt.where, plan))
+        rec = queued_op(f, targs, tkw, key, pairs, nxt.metas, nxt.structure, nxt.where, plan)
         seg.records.append(rec)
         seg.node = nxt
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
@@ -133,8 +132,8 @@ class Deferral:
             else:                          # an identity view: its storage names the first
                 p, k = pos - same[0], same[1]
                 prod[id(st)] = _tuple_new(Produced, (p, k, sr, ref(p, k)))
-        rec = _tuple_new(QueuedOp, (f, described[1], described[2], nxt.key, [(tr, sr)],
-                                    nxt.metas, "t", nxt.where, nxt.plan))
+        rec = queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
+                        nxt.where, nxt.plan)
         seg.records.append(rec)
         seg.node = nxt
         _executed[f.name] += 1

@@ -222,7 +222,7 @@ class OutMeta(NamedTuple):
 
 
 def out_meta(t: Tensor | None) -> OutMeta | None:
-    """(On every captured op: made with ``tuple.__new__``, as ``QueuedOp`` is.)"""
+    """(On every captured op: made with ``tuple.__new__``, as the reference ``_QueuedOp`` is.)"""
     return None if t is None else _tuple_new(OutMeta, (tuple(t.shape), t.stride(),
                                                        t.storage_offset(), t.dtype))
 
@@ -328,14 +328,16 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
     return tuple(plan)
 
 
-class QueuedOp(NamedTuple):
+class _QueuedOp(NamedTuple):
     """One op call in the queue. ``outs``: per flattened output, None or (tensor weak_ref,
     storage weak_ref) of a pending output (a list, updated in place); ``metas``: their OutMeta
     (None where an output is not a tensor); ``structure``: how to rebuild the op's return
     value; ``where``: tracking.user_frame_token of the user's line; ``plan``: the trie node's
-    OutSpecs for a deferred op (None for a captured one, whose outputs exist). A tuple: the
-    deferral hot path makes one per op with ``tuple.__new__`` (~0.1 us; a class with
-    ``__init__`` took ~0.4)."""
+    OutSpecs for a deferred op (None for a captured one, whose outputs exist).
+
+    The reference ``NEURON_LAB_NATIVE_DEFER=0`` runs with (a tuple, made with ``tuple.__new__``:
+    ~0.1 us; a class with ``__init__`` took ~0.4); the extension's ``QueuedOp``
+    (``csrc/queued_op.cpp``) has the same fields in a C struct its C++ builds and reads."""
     facts: Any
     args: tuple
     kwargs: dict | None
@@ -348,6 +350,19 @@ class QueuedOp(NamedTuple):
 
     def __repr__(self) -> str:
         return f"QueuedOp({self.facts.name}, {len(self.outs)} outs)"
+
+
+QueuedOp = core.implementation("QueuedOp", _QueuedOp)
+
+
+def queued_op(*fields) -> QueuedOp:
+    """A ``QueuedOp`` of its nine fields, in order (the NamedTuple's without its Python
+    ``__new__``)."""
+    return _tuple_new(_QueuedOp, fields)
+
+
+if QueuedOp is not _QueuedOp:
+    queued_op = QueuedOp     # noqa: F811 - the C type's constructor takes them as they are
 
 
 def structure_of(out) -> Any:
@@ -371,8 +386,8 @@ def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: 
     pos = len(records)
     metas = tuple([out_meta(t) for t in outs])
     structure = structure_of(out)
-    records.append(_tuple_new(QueuedOp, (facts, targs, tkw, key, [None] * len(outs), metas,
-                                         structure, where, None)))
+    records.append(queued_op(facts, targs, tkw, key, [None] * len(outs), metas, structure, where,
+                             None))
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
@@ -431,7 +446,7 @@ def _record_run():
     ext = core.extension()
     if ext is None:
         return record_run_py
-    ext.configure_records({"queued": QueuedOp, "produced": Produced, "out_meta": OutMeta,
+    ext.configure_records({"produced": Produced, "out_meta": OutMeta,
                            "refs": _refs, "host_only": HOST_ONLY, "python": record_run_py})
     return ext.record_run
 

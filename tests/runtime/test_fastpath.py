@@ -549,10 +549,13 @@ def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
 
 
 def test_the_records_c_reads_by_position_keep_their_field_order():
-    """deferral.cpp reads FastOut, OutSpec and OutMeta, and replay.cpp and record.cpp read
-    QueuedOp, by position: a reordered field would be read as another one."""
+    """deferral.cpp reads FastOut, OutSpec and OutMeta by position: a reordered field would be
+    read as another one. (QueuedOp and Ref are the extension's own C types: their C++ reads
+    struct fields; the Python references keep the same field names.)"""
     assert record.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
                                       "queueable", "ref", "same_as")
     assert record.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
     assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
-    assert record.QueuedOp._fields[:5] == ("facts", "args", "kwargs", "key", "outs")
+    q = record.QueuedOp("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where",
+                        "plan")
+    assert [getattr(q, f) for f in record._QueuedOp._fields] == list(record._QueuedOp._fields)

@@ -43,6 +43,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "queued_op.h"
 #include "segment.h"
 #include "trie_node.h"
 #include "record.h"   // set_producer
@@ -167,7 +168,7 @@ bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject*
     PyObject* items[9] = {Py_NewRef(f), Py_NewRef(targs), Py_NewRef(tkw), key, Py_NewRef(outs),
                           metas, Py_NewRef(structure), where, plan};
     key = metas = where = plan = nullptr;
-    PyObject* rec = untracked(named(S.queued, 9, items));
+    PyObject* rec = queued_op::make(items);
     ok = rec && PyList_Append(records, rec) == 0;
     Py_XDECREF(rec);
   }
@@ -674,7 +675,6 @@ void configure(py::dict o) {
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
   hold(S.produced, o["produced"]);
-  hold(S.queued, o["queued"]);
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
@@ -700,8 +700,8 @@ void configure(py::dict o) {
   hold(S.not_user_files, o["not_user_files"]);
   if (!PyTuple_Check(S.not_user_prefixes) || !PyTuple_Check(S.not_user_files))
     throw py::type_error("neuron_lab: not_user_prefixes and not_user_files must be tuples");
-  if (!PyType_IsSubtype(S.produced, &PyTuple_Type) || !PyType_IsSubtype(S.queued, &PyTuple_Type))
-    throw py::type_error("neuron_lab: Produced and QueuedOp must be tuples (NamedTuples)");
+  if (!PyType_IsSubtype(S.produced, &PyTuple_Type))
+    throw py::type_error("neuron_lab: Produced must be a NamedTuple");
   if (!PyDict_Check(S.op_bits) || !PyDict_Check(S.plain_when))
     throw py::type_error("neuron_lab: op_bits and plain_when must be dicts");
 }

@@ -36,7 +36,6 @@ struct State {
   PyObject* not_queueable = nullptr; // record.NotQueueable
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
-  PyTypeObject* queued = nullptr;    // record.QueuedOp
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
   long pending_kind = -1;            // record.PENDING, record.NOT_TENSOR (OutSpec.kind)
   long not_tensor_kind = -1;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold
+#include "queued_op.h"
 #include "record.h"
 #include "ref.h"
 #include "weak_outputs.h"
@@ -43,7 +44,6 @@ namespace neuron_lab {
 namespace {
 
 struct Records {
-  PyTypeObject* queued = nullptr;    // record.QueuedOp
   PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* out_meta = nullptr;  // record.OutMeta
   PyObject* refs = nullptr;          // record._refs, the shared Refs: {(pos, k): Ref}
@@ -53,7 +53,6 @@ struct Records {
 Records R;
 PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none;
 
-constexpr Py_ssize_t kArgs = 1, kKwargs = 2, kOuts = 4, kMetas = 5;   // QueuedOp's fields
 
 // A tuple of ints, untracked (the cycle collector would untrack it at its first pass anyway)
 PyObject* int_tuple(c10::IntArrayRef v) {
@@ -146,8 +145,8 @@ bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject
 PyObject* meta_of_ref(PyObject* records, PyObject* ref) {
   const Py_ssize_t i = ref::as_ref(ref).pos, j = ref::as_ref(ref).k;
   PyObject* rec = i >= 0 && i < PyList_GET_SIZE(records) ? PyList_GET_ITEM(records, i) : nullptr;
-  PyObject* metas = rec && PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > kMetas
-                        ? PyTuple_GET_ITEM(rec, kMetas) : nullptr;
+  PyObject* metas = rec && queued_op::is_queued_op(rec) ? queued_op::as_queued_op(rec).metas
+                                                        : nullptr;
   if (metas == nullptr || !PyTuple_Check(metas) || j < 0 || j >= PyTuple_GET_SIZE(metas)) {
     PyErr_SetString(PyExc_IndexError, "neuron_lab: record_run: a Ref past the records");
     return nullptr;
@@ -282,7 +281,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   PyObject* items[9] = {Py_NewRef(argv[0]), Py_NewRef(argv[1]), Py_NewRef(argv[2]),
                         Py_NewRef(argv[3]), outs, metas, structure, Py_NewRef(argv[5]),
                         Py_NewRef(Py_None)};
-  PyObject* rec = untracked(named(R.queued, 9, items));
+  PyObject* rec = queued_op::make(items);
   if (rec == nullptr) return nullptr;
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
@@ -325,8 +324,7 @@ PyObject* live_outputs(PyObject*, PyObject* records) {
   if (live == nullptr) return nullptr;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); ++i) {
     PyObject* rec = PyList_GET_ITEM(records, i);
-    PyObject* outs = PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > kOuts
-                         ? PyTuple_GET_ITEM(rec, kOuts) : nullptr;
+    PyObject* outs = queued_op::is_queued_op(rec) ? queued_op::as_queued_op(rec).outs : nullptr;
     if (outs == nullptr || !PyList_Check(outs)) {
       Py_DECREF(live);
       PyErr_SetString(PyExc_TypeError, "neuron_lab: live_outputs: records must be QueuedOps");
@@ -376,9 +374,9 @@ PyObject* arg_at(PyObject* records, PyObject* entry) {
       return nullptr;
     }
     PyObject* rec = PyList_GET_ITEM(records, i);
-    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= kKwargs) goto bad;
-    PyObject* a = PyLong_CheckExact(where) ? PyObject_GetItem(PyTuple_GET_ITEM(rec, kArgs), where)
-                                           : PyObject_GetItem(PyTuple_GET_ITEM(rec, kKwargs), where);
+    if (!queued_op::is_queued_op(rec)) goto bad;
+    const queued_op::QueuedOpObject& q = queued_op::as_queued_op(rec);
+    PyObject* a = PyObject_GetItem(PyLong_CheckExact(where) ? q.args : q.kwargs, where);
     if (a == nullptr || sub == Py_None) return a;
     PyObject* v = PyObject_GetItem(a, sub);
     Py_DECREF(a);
@@ -502,16 +500,15 @@ PyMethodDef host_inputs_def = {
     METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
 
 void configure_records(py::dict o) {
-  hold(R.queued, o["queued"]);
   hold(R.produced, o["produced"]);
   hold(R.out_meta, o["out_meta"]);
   hold(R.refs, o["refs"]);
   if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
-  for (PyTypeObject* t : {R.queued, R.produced, R.out_meta}) {
+  for (PyTypeObject* t : {R.produced, R.out_meta}) {
     if (!PyType_IsSubtype(t, &PyTuple_Type))
-      throw py::type_error("neuron_lab: QueuedOp, Produced and OutMeta must be NamedTuples");
+      throw py::type_error("neuron_lab: Produced and OutMeta must be NamedTuples");
   }
 }
 
@@ -542,7 +539,7 @@ void init_record(py::module_& m) {
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({queued, produced, out_meta, refs, host_only, python}) "
+        "configure_records({produced, out_meta, refs, host_only, python}) "
         "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})

@@ -7,22 +7,22 @@
 
 #include <pybind11/pybind11.h>
 
+#include "queued_op.h"
+
 namespace py = pybind11;
 
 namespace neuron_lab {
 namespace repeated_suffix {
 namespace {
 
-constexpr Py_ssize_t kKey = 3;   // record.QueuedOp's ``key``
-
 // records[i].key == key: 1, 0, or -1 with an exception set
 int key_at_is(PyObject* records, Py_ssize_t i, PyObject* key) {
   PyObject* rec = PyList_GET_ITEM(records, i);
-  if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= kKey) {
+  if (!queued_op::is_queued_op(rec)) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: the repeated-suffix rule reads QueuedOps");
     return -1;
   }
-  return PyObject_RichCompareBool(PyTuple_GET_ITEM(rec, kKey), key, Py_EQ);
+  return PyObject_RichCompareBool(queued_op::as_queued_op(rec).key, key, Py_EQ);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern
+#include "queued_op.h"
 #include "record.h"          // host_of
 #include "ref.h"
 #include "weak_outputs.h"     // weak_object
@@ -33,7 +34,6 @@ namespace {
 
 PyObject *s_type, *s_failed, *s_neuron, *s_call;
 
-constexpr Py_ssize_t kFacts = 0, kArgs = 1, kKwargs = 2, kOuts = 4;   // QueuedOp's fields
 
 struct Call {
   PyObject* host;
@@ -146,8 +146,9 @@ void mark_failed(Py_ssize_t i, PyObject* rec) {
 // Record ``i``: its op run on host values (an exception it raises marked with the op), its live
 // outputs filled; the flattened outputs (a new list), or nullptr with an exception set.
 PyObject* run_one(Py_ssize_t i, PyObject* rec, const Call& c, PyObject* fill) {
-  PyObject* targs = PyTuple_GET_ITEM(rec, kArgs);
-  PyObject* tkw = PyTuple_GET_ITEM(rec, kKwargs);
+  const queued_op::QueuedOpObject& q = queued_op::as_queued_op(rec);
+  PyObject* targs = q.args;
+  PyObject* tkw = q.kwargs;
   PyObject* args = resolve(targs, c);
   if (args != nullptr && !PyTuple_CheckExact(args)) Py_SETREF(args, PySequence_Tuple(args));
   PyObject* kwargs = nullptr;
@@ -163,7 +164,7 @@ PyObject* run_one(Py_ssize_t i, PyObject* rec, const Call& c, PyObject* fill) {
     if (kwargs == nullptr) Py_CLEAR(args);
   }
   if (args == nullptr) return nullptr;
-  PyObject* call = PyObject_GetAttr(PyTuple_GET_ITEM(rec, kFacts), s_call);
+  PyObject* call = PyObject_GetAttr(q.facts, s_call);
   PyObject* out = call ? PyObject_Call(call, args, kwargs) : nullptr;
   Py_XDECREF(call);
   Py_DECREF(args);
@@ -174,7 +175,7 @@ PyObject* run_one(Py_ssize_t i, PyObject* rec, const Call& c, PyObject* fill) {
     mark_failed(i, rec);
     return nullptr;
   }
-  PyObject* outs = PyTuple_GET_ITEM(rec, kOuts);
+  PyObject* outs = q.outs;
   Py_ssize_t n = PyList_Check(outs) ? PyList_GET_SIZE(outs) : 0;
   for (Py_ssize_t k = 0; k < n && k < PyList_GET_SIZE(houts); ++k) {
     PyObject* pair = PyList_GET_ITEM(outs, k);
@@ -213,12 +214,12 @@ PyObject* replay(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   std::vector<Py_ssize_t> last(n_rec, -1);
   for (Py_ssize_t i = 0; i < n_rec; ++i) {
     PyObject* rec = PyList_GET_ITEM(records, i);
-    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= kOuts) {
+    if (!queued_op::is_queued_op(rec)) {
       PyErr_SetString(PyExc_TypeError, "neuron_lab: replay: records must be QueuedOps");
       return nullptr;
     }
-    note_reads(PyTuple_GET_ITEM(rec, kArgs), i, last);
-    PyObject* kw = PyTuple_GET_ITEM(rec, kKwargs);
+    note_reads(queued_op::as_queued_op(rec).args, i, last);
+    PyObject* kw = queued_op::as_queued_op(rec).kwargs;
     if (PyDict_Check(kw)) {
       Py_ssize_t pos = 0;
       PyObject *k, *v;
