@@ -1,6 +1,7 @@
-// The runtime's own C types (trie_node.cpp, segment.cpp): objects whose fields the C++ reads
-// from their structs and Python through member descriptors. Both take part in cycle
-// collection; this is their shared type boilerplate.
+// The runtime's own C types (trie_node.cpp, segment.cpp, queued_op.cpp, ref.cpp): objects whose
+// fields the C++ reads from their structs and Python through member descriptors. The first two
+// take part in cycle collection (``collected``), the others not (``plain``); this is their shared
+// type boilerplate.
 #pragma once
 
 #include <Python.h>
@@ -49,6 +50,24 @@ PyTypeObject collected(const char* name, Py_ssize_t size, const char* doc, initp
   t.tp_traverse = Fields::traverse;
   t.tp_clear = Fields::clear;
   t.tp_members = members;
+  return t;
+}
+
+// A type kept off the cycle collector (its objects refer to nothing that refers back to them),
+// not subclassable, made by ``tp_new``; ``dealloc`` may be nullptr (nothing to release).
+inline PyTypeObject plain(const char* name, Py_ssize_t size, const char* doc, newfunc tp_new,
+                          destructor dealloc, reprfunc repr, PyMemberDef* members,
+                          PyMethodDef* methods) {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = name;
+  t.tp_basicsize = size;
+  t.tp_flags = Py_TPFLAGS_DEFAULT;
+  t.tp_doc = doc;
+  t.tp_new = tp_new;
+  if (dealloc != nullptr) t.tp_dealloc = dealloc;
+  t.tp_repr = repr;
+  t.tp_members = members;
+  t.tp_methods = methods;
   return t;
 }
 

@@ -60,23 +60,13 @@ PyObject* repr(PyObject* self) {
 PyMemberDef members[] = {QUEUED_FIELDS(MEMBER){nullptr, 0, 0, 0, nullptr}};
 #undef MEMBER
 
-PyTypeObject make_type() {
-  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
-  t.tp_name = "neuron_lab.runtime._runtime_ext.QueuedOp";
-  t.tp_basicsize = sizeof(QueuedOpObject);
-  t.tp_flags = Py_TPFLAGS_DEFAULT;
-  t.tp_doc = "QueuedOp(facts, args, kwargs, key, outs, metas=(), structure=None, where=None, "
-             "plan=None): one op call in the segment's queue";
-  t.tp_new = new_queued;
-  t.tp_dealloc = dealloc;
-  t.tp_repr = repr;
-  t.tp_members = members;
-  return t;
-}
-
 }  // namespace
 
-PyTypeObject QueuedOpType = make_type();
+PyTypeObject QueuedOpType = c_types::plain(
+    "neuron_lab.runtime._runtime_ext.QueuedOp", sizeof(QueuedOpObject),
+    "QueuedOp(facts, args, kwargs, key, outs, metas=(), structure=None, where=None, plan=None): "
+    "one op call in the segment's queue",
+    new_queued, dealloc, repr, members, nullptr);
 
 PyObject* make(PyObject* const fields[9]) {
   PyObject* self = QueuedOpType.tp_alloc(&QueuedOpType, 0);

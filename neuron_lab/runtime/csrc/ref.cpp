@@ -45,22 +45,12 @@ PyMemberDef ref_members[] = {
     {"k", T_PYSSIZET, offsetof(RefObject, k), READONLY, "which of its outputs"},
     {nullptr, 0, 0, 0, nullptr}};
 
-PyTypeObject make_type() {
-  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
-  t.tp_name = "neuron_lab.runtime._runtime_ext.Ref";
-  t.tp_basicsize = sizeof(RefObject);
-  t.tp_flags = Py_TPFLAGS_DEFAULT;
-  t.tp_doc = "Ref(pos, k): an argument that is output k of op pos of the same segment";
-  t.tp_new = ref_new;
-  t.tp_repr = ref_repr;
-  t.tp_members = ref_members;
-  t.tp_methods = ref_methods;
-  return t;
-}
-
 }  // namespace
 
-PyTypeObject RefType = make_type();
+PyTypeObject RefType = c_types::plain(
+    "neuron_lab.runtime._runtime_ext.Ref", sizeof(RefObject),
+    "Ref(pos, k): an argument that is output k of op pos of the same segment", ref_new, nullptr,
+    ref_repr, ref_members, ref_methods);
 
 }  // namespace ref
 
