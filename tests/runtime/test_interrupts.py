@@ -85,14 +85,22 @@ def _interrupted(loop, check, trials: int, seed: int) -> int:
     return interrupted
 
 
+def _settled_base() -> int:
+    """The device memory a test's exact check starts from, once nothing left by earlier tests
+    can change it mid-test: queued launches run, compiles in flight done (a compile job holds
+    its region and example inputs until it ends), cyclic garbage collected."""
+    neuron_lab.sync()
+    runtime.wait_compiles()
+    gc.collect()
+    return memory.memory_allocated()
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "eager"])
 def test_interrupts_keep_handed_out_values(compile_off, mode):
     expect = [_step(x) for x in _xs()]
     with neuron_lab.mode(mode):
         xs = [x.to("neuron") for x in _xs()]
-        neuron_lab.sync()
-        gc.collect()                     # earlier tests' cyclic garbage must not die mid-test
-        base = memory.memory_allocated()
+        base = _settled_base()
 
         def check(outs):
             for j, out in outs:
@@ -112,9 +120,7 @@ def test_interrupts_keep_handed_out_values(compile_off, mode):
 def test_uncount_survives_an_interrupt_at_the_free():
     """The memory accounting's weakref callback is where a storage's bytes are uncounted; an
     interrupt raised while a storage dies must not lose that uncount."""
-    neuron_lab.sync()
-    gc.collect()                         # earlier tests' cyclic garbage must not die mid-test
-    base = memory.memory_allocated()
+    base = _settled_base()
     hit = 0
 
     def raise_on_free(frame, event, arg):     # a KeyboardInterrupt at the first Python line
@@ -178,10 +184,9 @@ def test_interrupts_keep_values_with_fused_programs_and_the_device_thread(compil
     with knobs.COMPILE.scoped(True), knobs.ASYNC.scoped(True), knobs.TRIALS.scoped(0), \
             knobs.SYNC_COMPILE.scoped(compiles == "foreground"):
         w, x = w_cpu.to("neuron"), x_cpu.to("neuron")
-        opt = torch.optim.SGD([torch.zeros(1, device="neuron")], lr=0.1)   # no grads: only
-        neuron_lab.sync()                                                # its step's hooks
-        gc.collect()
-        base = memory.memory_allocated()
+        # no grads: only its step's hooks
+        opt = torch.optim.SGD([torch.zeros(1, device="neuron")], lr=0.1)
+        base = _settled_base()
         for _ in range(4):                   # the regions are learned, compiled and decided
             _chain(x, w, opt, [], n)
             neuron_lab.sync()
@@ -291,8 +296,7 @@ def _sweep(warm: bool, tol: dict) -> None:
     pkg = os.path.join(pkg, "neuron_lab") + os.sep
     expect = [_step(x) for x in _xs()]
     xs = [x.to("neuron") for x in _xs()]
-    neuron_lab.sync()
-    base = memory.memory_allocated()
+    base = _settled_base()
     if warm:
         _loop(xs, [], 8)
         neuron_lab.sync()
