@@ -23,7 +23,7 @@ from ..device.dtypes import HOST_ONLY
 from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
-from .record import (CALLER, PENDING, Produced, fast_out, identity_view, out_plan, queued_op,
+from .record import (CALLER, PENDING, fast_out, identity_view, out_plan, producer_entry, queued_op,
                      rebuild, ref, weak_ref)
 from .segment import Segment
 
@@ -33,7 +33,6 @@ _executed = tracking.executed
 _pending = core.implementation("pending", tensor_data.pending)
 _pending_dense = core.implementation("pending_dense", tensor_data.pending_dense)
 _create = torch._C._acc.create_empty_tensor
-_tuple_new = tuple.__new__
 
 
 class Deferral:
@@ -77,8 +76,8 @@ class Deferral:
                 pairs.append((tr, sr))
                 if spec.queueable:
                     r = ref(pos, k)
-                    prod[id(t)] = _tuple_new(Produced, (pos, k, tr, r))
-                    prod[id(st)] = _tuple_new(Produced, (pos, k, sr, r))
+                    prod[id(t)] = producer_entry(pos, k, tr, r)
+                    prod[id(st)] = producer_entry(pos, k, sr, r)
             elif kind == CALLER:                           # in-place / out=: caller's tensor
                 a = spec.arg
                 t = args[a] if type(a) is int else kwargs[a]
@@ -93,7 +92,7 @@ class Deferral:
         for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
-                prod[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), ref(pos, k)))
+                prod[id(t)] = producer_entry(pos, k, weak_ref(t), ref(pos, k))
         rec = queued_op(f, targs, tkw, key, pairs, nxt.metas, nxt.structure, nxt.where, plan)
         seg.records.append(rec)
         seg.node = nxt
@@ -125,13 +124,13 @@ class Deferral:
         tr, sr = weak_ref(t), weak_ref(st)
         if fast.queueable:
             prod = seg.producers
-            prod[id(t)] = _tuple_new(Produced, (pos, 0, tr, fast.ref))
+            prod[id(t)] = producer_entry(pos, 0, tr, fast.ref)
             same = fast.same_as
             if same is None:
-                prod[id(st)] = _tuple_new(Produced, (pos, 0, sr, fast.ref))
+                prod[id(st)] = producer_entry(pos, 0, sr, fast.ref)
             else:                          # an identity view: its storage names the first
                 p, k = pos - same[0], same[1]
-                prod[id(st)] = _tuple_new(Produced, (p, k, sr, ref(p, k)))
+                prod[id(st)] = producer_entry(p, k, sr, ref(p, k))
         rec = queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
                         nxt.where, nxt.plan)
         seg.records.append(rec)

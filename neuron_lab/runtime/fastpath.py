@@ -65,7 +65,7 @@ def runtime_for(engine: adaptive.Engine):
         "memory_format_type": torch.memory_format, "device_type": torch.device,
         "size_type": torch.Size,
         "not_queueable": record.NotQueueable,
-        "float_key": record.FLOAT, "produced": record.Produced,
+        "float_key": record.FLOAT,
         "rebuild": record.rebuild, "pending_kind": record.PENDING,
         "not_tensor_kind": record.NOT_TENSOR,
         "device_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),

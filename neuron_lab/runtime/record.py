@@ -70,15 +70,29 @@ _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2
 weak_ref = core.implementation("weak_ref", weakref.ref)
 
 
-class Produced(NamedTuple):
+class _Produced(NamedTuple):
     """A producers-map entry (``Engine.seg.producers``, keyed by ``id`` of an output tensor, by
     ``id`` of a pending output's storage, or by a captured output's ``storage_key``): which op
     of the segment made it, a weak reference that tells a live object from a new one reusing
-    the id, and the argument template naming it."""
+    the id, and the argument template naming it. The reference ``NEURON_LAB_NATIVE_DEFER=0``
+    runs with; the extension's ``Produced`` (``csrc/produced.cpp``) has the same fields in a C
+    struct its C++ builds and reads."""
     pos: int
     k: int
     obj: Any                  # weak_ref(tensor or storage)
     ref: Ref
+
+
+Produced = core.implementation("Produced", _Produced)
+
+
+def producer_entry(pos: int, k: int, obj, r: Ref) -> Produced:
+    """A ``Produced`` (the NamedTuple's without its Python ``__new__``)."""
+    return _tuple_new(_Produced, (pos, k, obj, r))
+
+
+if Produced is not _Produced:
+    producer_entry = Produced    # noqa: F811 - the C type's constructor takes them as they are
 
 
 def storage_key(st, meta: "OutMeta") -> tuple:
@@ -110,7 +124,7 @@ def _by_storage(a: Tensor, producers: dict):
     p = storage_entry(producers, st, out_meta(a))
     if p is None:
         return None
-    producers[id(a)] = _tuple_new(Produced, (p.pos, p.k, weak_ref(a), p.ref))
+    producers[id(a)] = producer_entry(p.pos, p.k, weak_ref(a), p.ref)
     return p
 
 
@@ -391,11 +405,11 @@ def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: 
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
-            producers[id(t)] = _tuple_new(Produced, (pos, k, weak_ref(t), r))
+            producers[id(t)] = producer_entry(pos, k, weak_ref(t), r)
             if _keeps_storage_entry(t, metas[k], structure, targs, tkw, records, producers):
                 continue
             st = t.untyped_storage()
-            producers[storage_key(st, metas[k])] = _tuple_new(Produced, (pos, k, weak_ref(st), r))
+            producers[storage_key(st, metas[k])] = producer_entry(pos, k, weak_ref(st), r)
 
 
 def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, records: list,
@@ -446,8 +460,8 @@ def _record_run():
     ext = core.extension()
     if ext is None:
         return record_run_py
-    ext.configure_records({"produced": Produced, "out_meta": OutMeta,
-                           "refs": _refs, "host_only": HOST_ONLY, "python": record_run_py})
+    ext.configure_records({"out_meta": OutMeta, "refs": _refs, "host_only": HOST_ONLY,
+                           "python": record_run_py})
     return ext.record_run
 
 

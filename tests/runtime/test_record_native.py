@@ -15,7 +15,7 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
 from neuron_lab.device import tensor_data
-from neuron_lab.runtime import compiler, core, fused, pending, record
+from neuron_lab.runtime import compiler, core, fused, knobs, pending, record
 
 ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
@@ -227,8 +227,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
         return record.record_run_py(*a)
 
     def configure(body):
-        ext.configure_records({"produced": record.Produced,
-                               "out_meta": record.OutMeta, "refs": record._refs,
+        ext.configure_records({"out_meta": record.OutMeta, "refs": record._refs,
                                "host_only": record.HOST_ONLY, "python": body})
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")
@@ -284,3 +283,28 @@ def test_refs_are_the_extensions_c_type_shared_per_output():
     assert made is record.ref(0, 0) is record._refs[(0, 0)]
     with pytest.raises(TypeError, match="ref_type"):
         ext.replay(records, tensor_data.host, pending.fill, record._Ref, torch.device, None)
+
+
+def test_records_and_producer_entries_are_the_extensions_c_types():
+    """``record.QueuedOp`` and ``record.Produced`` are the extension's C types (csrc/queued_op.cpp,
+    csrc/produced.cpp), which the C++ builds and reads field by field: a deferred op's record
+    and its output's entries carry the fields the Python references do, read-only."""
+    assert record.QueuedOp is ext.QueuedOp and record.Produced is ext.Produced
+    x = torch.randn(8).to("neuron")
+    with rt.mode("adaptive"), knobs.COMPILE.scoped(False):
+        for _ in range(3):
+            y = (x * 2).tanh()
+            seg = rt.current().engine.seg
+            recs, prods = list(seg.records), dict(seg.producers)
+            y.sum().item()
+    assert [type(r) for r in recs] == [record.QueuedOp] * 2
+    mul, tanh = recs
+    assert mul.facts.name == "aten::mul.Tensor" and tanh.args[0] is record.ref(0, 0)
+    assert len(mul.outs) == 1 and mul.outs[0] is not None and mul.plan is not None
+    entries = [e for e in prods.values() if e.pos == 1]
+    assert entries and all(type(e) is record.Produced and e.k == 0 and e.ref is record.ref(1, 0)
+                           for e in entries)
+    with pytest.raises(AttributeError):
+        mul.args = ()
+    with pytest.raises(AttributeError):
+        entries[0].pos = 3

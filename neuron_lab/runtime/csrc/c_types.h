@@ -1,7 +1,7 @@
-// The runtime's own C types (trie_node.cpp, segment.cpp, queued_op.cpp, ref.cpp): objects whose
-// fields the C++ reads from their structs and Python through member descriptors. The first two
-// take part in cycle collection (``collected``), the others not (``plain``); this is their shared
-// type boilerplate.
+// The runtime's own C types (trie_node.cpp, segment.cpp, queued_op.cpp, produced.cpp, ref.cpp):
+// objects whose fields the C++ reads from their structs and Python through member descriptors.
+// The first two take part in cycle collection (``collected``), the others not (``plain``); this
+// is their shared type boilerplate.
 #pragma once
 
 #include <Python.h>

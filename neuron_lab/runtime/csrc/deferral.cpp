@@ -107,18 +107,17 @@ bool admit(PyObject* f, PyObject* nbytes) {
 // The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
 // for an identity view (``same_as``: (distance back, output), record.identity_view) the
 // output it repeats. False with an exception set.
-bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, PyObject* pos_obj,
-                      PyObject* k_obj, PyObject* r, PyObject* same_as, Py_ssize_t pos) {
-  if (same_as == Py_None)
-    return set_producer(S.produced, producers, st, pos_obj, k_obj, sr, r);
+bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_t pos, long k,
+                      PyObject* r, PyObject* same_as) {
+  if (same_as == Py_None) return set_producer(producers, st, pos, k, sr, r);
   Py_ssize_t back = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 0));
-  if (back == -1 && PyErr_Occurred()) return false;
+  PyObject* kk = PyTuple_GET_ITEM(same_as, 1);   // borrowed
+  Py_ssize_t same_k = back == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(kk);
+  if (same_k == -1 && PyErr_Occurred()) return false;
   PyObject* p = PyLong_FromSsize_t(pos - back);
-  PyObject* kk = p ? Py_NewRef(PyTuple_GET_ITEM(same_as, 1)) : nullptr;
-  PyObject* rr = kk ? ref_of(p, kk) : nullptr;
-  bool ok = rr != nullptr && set_producer(S.produced, producers, st, p, kk, sr, rr);
+  PyObject* rr = p ? ref_of(p, kk) : nullptr;
+  bool ok = rr != nullptr && set_producer(producers, st, pos - back, same_k, sr, rr);
   Py_XDECREF(p);
-  Py_XDECREF(kk);
   Py_XDECREF(rr);
   return ok;
 }
@@ -138,14 +137,9 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
   PyObject* tr = ok ? weak_ref(*t) : nullptr;
   PyObject* sr = tr ? weak_ref(st) : nullptr;
   ok = sr != nullptr;
-  if (ok && queueable) {
-    PyObject* pos_obj = PyLong_FromSsize_t(pos);
-    PyObject* k_obj = pos_obj ? PyLong_FromLong(k) : nullptr;
-    ok = k_obj != nullptr && set_producer(S.produced, producers, *t, pos_obj, k_obj, tr, r) &&
-         storage_producer(producers, st, sr, pos_obj, k_obj, r, same_as, pos);
-    Py_XDECREF(pos_obj);
-    Py_XDECREF(k_obj);
-  }
+  if (ok && queueable)
+    ok = set_producer(producers, *t, pos, k, tr, r) &&
+         storage_producer(producers, st, sr, pos, k, r, same_as);
   if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
   Py_XDECREF(tr);
   Py_XDECREF(sr);
@@ -674,7 +668,6 @@ void configure(py::dict o) {
     throw py::type_error("neuron_lab: size_type must be torch.Size");
   hold(S.not_queueable, o["not_queueable"]);
   hold(S.float_key, o["float_key"]);
-  hold(S.produced, o["produced"]);
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
@@ -700,8 +693,6 @@ void configure(py::dict o) {
   hold(S.not_user_files, o["not_user_files"]);
   if (!PyTuple_Check(S.not_user_prefixes) || !PyTuple_Check(S.not_user_files))
     throw py::type_error("neuron_lab: not_user_prefixes and not_user_files must be tuples");
-  if (!PyType_IsSubtype(S.produced, &PyTuple_Type))
-    throw py::type_error("neuron_lab: Produced must be a NamedTuple");
   if (!PyDict_Check(S.op_bits) || !PyDict_Check(S.plain_when))
     throw py::type_error("neuron_lab: op_bits and plain_when must be dicts");
 }

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "produced.h"
 #include "record.h"   // set_producer
 #include "weak_outputs.h"   // weak_is
 
@@ -28,7 +29,7 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
   PyObject* id = PyLong_FromVoidPtr(a);
   if (id == nullptr) return nullptr;
   PyObject* p = PyDict_GetItemWithError(producers, id);   // borrowed
-  if (p != nullptr && PyTuple_GET_SIZE(p) == 4 && weak_is(PyTuple_GET_ITEM(p, 2), a)) {
+  if (produced::is_produced(p) && weak_is(produced::as_produced(p).obj, a)) {
     Py_DECREF(id);
     return p;
   }
@@ -59,8 +60,8 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
   }
   Py_DECREF(st);
   Py_DECREF(id);
-  bool ok = set_producer(S.produced, producers, a, PyTuple_GET_ITEM(p, 0), PyTuple_GET_ITEM(p, 1),
-                         nullptr, PyTuple_GET_ITEM(p, 3));
+  const produced::ProducedObject& e = produced::as_produced(p);
+  bool ok = set_producer(producers, a, e.pos, e.k, nullptr, e.ref);
   return ok ? p : nullptr;   // p stays alive: it is still the storage's entry
 }
 
@@ -124,14 +125,14 @@ bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats,
     PyObject* p = producer_of(a, producers);
     if (p == nullptr && PyErr_Occurred()) return false;
     if (p != nullptr) {
-      Py_ssize_t ppos = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 0));
-      if (ppos == -1 && PyErr_Occurred()) return false;
-      PyObject* dist = PyLong_FromSsize_t(pos - ppos);
-      if (dist == nullptr) return false;
-      *key = untracked(PyTuple_Pack(3, s_r, dist, PyTuple_GET_ITEM(p, 1)));
-      Py_DECREF(dist);
+      const produced::ProducedObject& e = produced::as_produced(p);
+      PyObject* dist = PyLong_FromSsize_t(pos - e.pos);
+      PyObject* k = dist ? PyLong_FromSsize_t(e.k) : nullptr;
+      *key = k ? untracked(PyTuple_Pack(3, s_r, dist, k)) : nullptr;
+      Py_XDECREF(dist);
+      Py_XDECREF(k);
       if (*key == nullptr) return false;
-      *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
+      *tmpl = Py_NewRef(e.ref);
       return true;
     }
     // an input of the region: ("x", shape, stride, offset, dtype); CPU tensors and host-only
@@ -264,12 +265,12 @@ int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, 
       if (!PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 3 ||
           !is_tag(PyTuple_GET_ITEM(want, 0), s_r))
         return 0;
-      Py_ssize_t ppos = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, 0));
-      if (ppos == -1 && PyErr_Occurred()) return -1;
-      if (!is_int(PyTuple_GET_ITEM(want, 1), pos - ppos)) return 0;
-      int eq = same(PyTuple_GET_ITEM(want, 2), PyTuple_GET_ITEM(p, 1));
-      if (eq == 1) *tmpl = Py_NewRef(PyTuple_GET_ITEM(p, 3));
-      return eq;
+      const produced::ProducedObject& e = produced::as_produced(p);
+      if (!is_int(PyTuple_GET_ITEM(want, 1), pos - e.pos) ||
+          !is_int(PyTuple_GET_ITEM(want, 2), e.k))
+        return 0;
+      *tmpl = Py_NewRef(e.ref);
+      return 1;
     }
     if (impl_readable(a)) {
       const at::Tensor& x = THPVariable_Unpack(a);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold
+#include "produced.h"
 #include "queued_op.h"
 #include "record.h"
 #include "ref.h"
@@ -44,7 +45,6 @@ namespace neuron_lab {
 namespace {
 
 struct Records {
-  PyTypeObject* produced = nullptr;  // record.Produced
   PyTypeObject* out_meta = nullptr;  // record.OutMeta
   PyObject* refs = nullptr;          // record._refs, the shared Refs: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
@@ -73,13 +73,12 @@ PyObject* int_tuple(c10::IntArrayRef v) {
 
 namespace {
 
-// producers[key] = produced(pos, k, wr or weakref(o), r); false with an exception set
-bool set_entry(PyTypeObject* produced, PyObject* producers, PyObject* key, PyObject* o,
-               PyObject* pos, PyObject* k, PyObject* wr, PyObject* r) {
+// producers[key] = Produced(pos, k, wr or weak_ref(o), r); false with an exception set
+bool set_entry(PyObject* producers, PyObject* key, PyObject* o, Py_ssize_t pos, Py_ssize_t k,
+               PyObject* wr, PyObject* r) {
   wr = wr != nullptr ? Py_NewRef(wr) : weak_ref(o);
   if (wr == nullptr) return false;
-  PyObject* items[4] = {Py_NewRef(pos), Py_NewRef(k), wr, Py_NewRef(r)};
-  PyObject* entry = untracked(named(produced, 4, items));
+  PyObject* entry = produced::make(pos, k, wr, r);
   bool ok = entry != nullptr && PyDict_SetItem(producers, key, entry) == 0;
   Py_XDECREF(entry);
   return ok;
@@ -87,10 +86,10 @@ bool set_entry(PyTypeObject* produced, PyObject* producers, PyObject* key, PyObj
 
 }  // namespace
 
-bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
-                  PyObject* k, PyObject* wr, PyObject* r) {
+bool set_producer(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k, PyObject* wr,
+                  PyObject* r) {
   PyObject* id = PyLong_FromVoidPtr(o);
-  bool ok = id != nullptr && set_entry(produced, producers, id, o, pos, k, wr, r);
+  bool ok = id != nullptr && set_entry(producers, id, o, pos, k, wr, r);
   Py_XDECREF(id);
   return ok;
 }
@@ -110,9 +109,7 @@ PyObject* live_entry(PyObject* producers, PyObject* key, PyObject* st) {
   if (key == nullptr) return nullptr;
   PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
   Py_DECREF(key);
-  if (p == nullptr || !PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 4 ||
-      !weak_is(PyTuple_GET_ITEM(p, 2), st))
-    return nullptr;
+  if (!produced::is_produced(p) || !weak_is(produced::as_produced(p).obj, st)) return nullptr;
   return p;
 }
 
@@ -126,16 +123,16 @@ PyObject* storage_entry(PyObject* producers, PyObject* st, PyObject* meta) {
 
 namespace {
 
-// producers[id(o)] = Produced(pos, k, weakref(o), r); false with an exception set
-bool produce(PyObject* producers, PyObject* o, PyObject* pos, PyObject* k, PyObject* r) {
-  return set_producer(R.produced, producers, o, pos, k, nullptr, r);
+// producers[id(o)] = Produced(pos, k, weak_ref(o), r); false with an exception set
+bool produce(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k, PyObject* r) {
+  return set_producer(producers, o, pos, k, nullptr, r);
 }
 
-// producers[(id(st), meta)] = Produced(pos, k, weakref(st), r): a captured output's storage
-bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, PyObject* pos,
-                     PyObject* k, PyObject* r) {
+// producers[(id(st), meta)] = Produced(pos, k, weak_ref(st), r): a captured output's storage
+bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, Py_ssize_t pos,
+                     Py_ssize_t k, PyObject* r) {
   PyObject* key = storage_key(st, meta);
-  bool ok = key != nullptr && set_entry(R.produced, producers, key, st, pos, k, nullptr, r);
+  bool ok = key != nullptr && set_entry(producers, key, st, pos, k, nullptr, r);
   Py_XDECREF(key);
   return ok;
 }
@@ -303,10 +300,10 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
                                                           // untyped_storage(), as Python gets it
     PyObject* meta = PyTuple_GET_ITEM(metas, k);
-    ok = st != nullptr && produce(producers, out, pos, kk, r);
+    ok = st != nullptr && produce(producers, out, p, k, r);
     int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers,
                                         st) : -1;
-    ok = keep == 1 || (keep == 0 && produce_storage(producers, st, meta, pos, kk, r));
+    ok = keep == 1 || (keep == 0 && produce_storage(producers, st, meta, p, k, r));
     Py_XDECREF(st);
     Py_XDECREF(r);
     Py_XDECREF(kk);
@@ -500,16 +497,13 @@ PyMethodDef host_inputs_def = {
     METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
 
 void configure_records(py::dict o) {
-  hold(R.produced, o["produced"]);
   hold(R.out_meta, o["out_meta"]);
   hold(R.refs, o["refs"]);
   if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
-  for (PyTypeObject* t : {R.produced, R.out_meta}) {
-    if (!PyType_IsSubtype(t, &PyTuple_Type))
-      throw py::type_error("neuron_lab: Produced and OutMeta must be NamedTuples");
-  }
+  if (!PyType_IsSubtype(R.out_meta, &PyTuple_Type))
+    throw py::type_error("neuron_lab: OutMeta must be a NamedTuple");
 }
 
 }  // namespace
@@ -539,7 +533,7 @@ void init_record(py::module_& m) {
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({produced, out_meta, refs, host_only, python}) "
+        "configure_records({out_meta, refs, host_only, python}) "
         "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})

@@ -8,12 +8,12 @@ namespace neuron_lab {
 // ``host(t)``; a new reference, or nullptr with an exception set
 PyObject* host_of(PyObject* t, PyObject* host);
 
-// producers[id(o)] = produced(pos, k, wr, r): where a pending ``o`` (a tensor or its storage)
-// comes from (record.Produced). ``wr``: a weak reference to ``o`` (borrowed), or nullptr to
-// make one. False with an exception set. The deferral (its pending outputs), record_run and a
-// C++ shallow copy's entry (deferral_keys.cpp producer_of) all write through it.
-bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyObject* pos,
-                  PyObject* k, PyObject* wr, PyObject* r);
+// producers[id(o)] = Produced(pos, k, wr, r): where a pending ``o`` (a tensor or its storage)
+// comes from (produced.h). ``wr``: a weak reference to ``o`` (borrowed), or nullptr to make
+// one. False with an exception set. The deferral (its pending outputs), record_run and a C++
+// shallow copy's entry (deferral_keys.cpp producer_of) all write through it.
+bool set_producer(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k, PyObject* wr,
+                  PyObject* r);
 
 // The key of a captured output's storage entry, (id(storage), OutMeta): a view shares its
 // base's storage, so the storage alone does not name the output a C++ shallow copy (``.data``,
@@ -22,8 +22,7 @@ bool set_producer(PyTypeObject* produced, PyObject* producers, PyObject* o, PyOb
 PyObject* storage_key(PyObject* st, PyObject* meta);
 
 // record.ref(pos, k): the shared Ref of output ``k`` of op ``pos``, read from record._refs
-// (the Python function makes it the first time); a new reference, or nullptr with an
-// exception set
+// (made and stored there the first time); a new reference, or nullptr with an exception set
 PyObject* ref_of(PyObject* pos, PyObject* k);
 
 // The live producer entry of storage ``st`` seen with metadata ``meta`` (record.storage_entry):
