@@ -15,7 +15,7 @@ from typing import Any
 
 from . import core, knobs
 from .compiler import data_floats
-from .record import CALLER
+from .output_plans import CALLER
 from .snapshot import RegionSnapshot
 from .status import Status, check
 
@@ -47,8 +47,8 @@ class Node(core.implementation("Node", _Fields)):
 
     ``key``: the key that leads here from the parent (None at the root); a deferred op's record
     holds this one, not its own equal copy. ``where``: the user's line that issued this op when
-    it was recorded. ``plan``: ``record.out_plan``, a tuple of OutSpec built at the first
-    deferral; ``fast``: ``record.FastOut``, False when the op is not that simple, or None.
+    it was recorded. ``plan``: ``output_plans.out_plan``, a tuple of OutSpec built at the first
+    deferral; ``fast``: ``output_plans.FastOut``, False when the op is not that simple, or None.
     ``region``: the region ending here, or None."""
     __slots__ = ()
 

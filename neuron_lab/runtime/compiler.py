@@ -44,7 +44,8 @@ from ..device import tensor_data
 from ..device.executor import host_device
 from . import core
 from .extern_ops import EXTERN
-from .record import Ref, contiguous_strides
+from .output_plans import contiguous_strides
+from .record import Ref
 
 Tensor = torch.Tensor
 

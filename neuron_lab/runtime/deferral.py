@@ -4,7 +4,7 @@ An op whose key continues a known trie path does not run: the trie node predicts
 metadata, so each output is a new pending tensor (``device/tensor_data.py``) that the region's
 launch fills later. Per output that is one tensor creation, two weak references and two producer
 entries in the segment's map; the memory bound is one addition and one comparison
-(``_admit_pending``). A node's plan (``record.out_plan``, ``record.FastOut``) is derived at its
+(``_admit_pending``). A node's plan (``output_plans.out_plan``, ``output_plans.FastOut``) is derived at its
 first deferral, here.
 
 The deferral hot path is C++ (``csrc/deferral.cpp``, installed by ``fastpath``): it does the
@@ -23,8 +23,8 @@ from ..device.dtypes import HOST_ONLY
 from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
-from .record import (CALLER, PENDING, fast_out, identity_view, out_plan, producer_entry, queued_op,
-                     rebuild, ref, weak_ref)
+from .output_plans import CALLER, PENDING, fast_out, identity_view, out_plan
+from .record import producer_entry, queued_op, rebuild, ref, weak_ref
 from .segment import Segment
 
 Tensor = torch.Tensor
@@ -106,7 +106,7 @@ class Deferral:
         return rebuild(nxt.structure, outs)
 
     def _defer_one(self, f, described, nxt: Node, fast) -> Tensor:
-        """``_defer`` for the common op (``record.FastOut``: one new contiguous tensor)."""
+        """``_defer`` for the common op (``output_plans.FastOut``: one new contiguous tensor)."""
         seg = self.seg
         pos = len(seg.records)
         if fast.nbytes:

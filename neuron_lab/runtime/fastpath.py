@@ -29,7 +29,7 @@ import torch
 
 from ..device import kernels, tracking
 from ..device.dtypes import HOST_ONLY
-from . import adaptive, host_scalars, record, verdict
+from . import adaptive, host_scalars, output_plans, record, verdict
 from .core import extension
 
 
@@ -66,8 +66,8 @@ def runtime_for(engine: adaptive.Engine):
         "size_type": torch.Size,
         "not_queueable": record.NotQueueable,
         "float_key": record.FLOAT,
-        "rebuild": record.rebuild, "pending_kind": record.PENDING,
-        "not_tensor_kind": record.NOT_TENSOR,
+        "rebuild": record.rebuild, "pending_kind": output_plans.PENDING,
+        "not_tensor_kind": output_plans.NOT_TENSOR,
         "device_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "run_now": kernels.run_now, "run_boxed_call": kernels._run_boxed_call,

@@ -241,107 +241,6 @@ def out_meta(t: Tensor | None) -> OutMeta | None:
                                                        t.storage_offset(), t.dtype))
 
 
-# OutSpec.kind: how a deferred op hands out one output
-CALLER = 0      # in-place / out=: the caller's own tensor (``arg``: position or kwarg name)
-NOT_TENSOR = 1  # the return is not a tensor
-PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh bytes (0 for a view)
-
-
-class OutSpec(NamedTuple):
-    """How one output of a trie node's op is made when the op is deferred (``out_plan``).
-    ``dense``: a contiguous pending tensor at offset 0 (made without restriding); ``queueable``:
-    its dtype may be an argument of a later queued op (not a host-only dtype)."""
-    kind: int
-    arg: int | str | None
-    meta: OutMeta | None
-    nbytes: int
-    dense: bool = False
-    queueable: bool = True
-
-
-def contiguous_strides(size) -> tuple:
-    stride, acc = [], 1
-    for n in reversed(size):
-        stride.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(stride))
-
-
-class FastOut(NamedTuple):
-    """The common deferred op, precomputed per trie node: one new pending tensor returned as
-    a plain tensor (``Engine._defer_one``); ``dense``: contiguous at offset 0 (no restride);
-    ``nbytes`` 0 for a view. ``same_as``: None, or (distance back, output) of the earlier
-    output this one is an identity view of (``identity_view``): its storage entry names that
-    output, as the capture's does."""
-    size: tuple
-    stride: tuple
-    offset: int
-    dtype: torch.dtype
-    nbytes: int
-    dense: bool
-    queueable: bool
-    ref: Ref
-    same_as: tuple | None = None
-
-
-def fast_out(plan: tuple, structure, pos: int, same_as: tuple | None = None) -> FastOut | None:
-    """``FastOut`` for an op at segment position ``pos`` with output plan ``plan``, or None."""
-    if structure != "t" or len(plan) != 1:
-        return None
-    spec = plan[0]
-    if spec.kind != PENDING:
-        return None
-    m = spec.meta
-    return FastOut(m.size, m.stride, m.offset, m.dtype, spec.nbytes, spec.dense, spec.queueable,
-                   ref(pos, 0), same_as)
-
-
-def identity_view(facts, key, meta: OutMeta, pos: int, records: list, producers: dict):
-    """(distance back, output) of the output whose storage entry a deferred op's one output
-    shares, or None. A single-output view of argument 0 with argument 0's metadata
-    (``view`` to the same shape, ``_reshape_alias``, ``alias``, ``detach``) is the same tensor
-    again: a C++ shallow copy of either (autograd's saved tensors) is the same value, and the
-    capture cannot tell them apart (they share storage and metadata), so its storage entry
-    keeps the earlier one's (``record_run``). The deferral, where every output has a storage
-    of its own, names the same output: the one argument 0's storage entry names (an identity
-    view of an identity view names the first). Derived once per trie node."""
-    alias = facts.ret_alias[0] if facts.ret_alias else None
-    args = key[1]
-    if (alias is None or alias[0] != 0 or alias[1] or not args or type(args[0]) is not tuple
-            or len(args[0]) != 3 or args[0][0] != "r"):
-        return None
-    _, d, kk = args[0]
-    src = records[pos - d]
-    if src.metas[kk] != meta:
-        return None
-    pair = src.outs[kk]
-    st = pair[1]() if pair is not None else None
-    p = producers.get(id(st)) if st is not None else None
-    if p is None or p.obj() is not st:
-        return d, kk
-    return pos - p.pos, p.k
-
-
-def out_plan(facts, metas) -> tuple[OutSpec, ...]:
-    """One ``OutSpec`` per output of an op with output metadata ``metas`` (derived once per trie
-    node, on its first deferral)."""
-    plan = []
-    for i, m in enumerate(metas):
-        alias = facts.ret_alias[i] if i < len(facts.ret_alias) else None
-        if alias is not None and alias[1] and not alias[2]:
-            plan.append(OutSpec(CALLER, alias[0], m, 0))
-        elif m is None:
-            plan.append(OutSpec(NOT_TENSOR, None, None, 0))
-        else:
-            numel = 1
-            for n in m.size:
-                numel *= n
-            dense = m.offset == 0 and tuple(m.stride) == contiguous_strides(m.size)
-            plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize,
-                                dense, m.dtype not in HOST_ONLY))
-    return tuple(plan)
-
-
 class _QueuedOp(NamedTuple):
     """One op call in the queue. ``outs``: per flattened output, None or (tensor weak_ref,
     storage weak_ref) of a pending output (a list, updated in place); ``metas``: their OutMeta
@@ -416,7 +315,7 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, record
                          producers: dict) -> bool:
     """Does a captured output leave its storage's entry as it is? The caller's own tensor (in
     place, ``out=``) does: the deferral gives it none either. So does an identity view
-    (``identity_view``): the op's one output, a view of argument 0 (an output of the segment)
+    (``output_plans.identity_view``): the op's one output, a view of argument 0 (an output of the segment)
     with its metadata, over a storage that has an entry already."""
     for a in targs:
         if a is t:

@@ -17,7 +17,7 @@ import torch
 
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
-from neuron_lab.runtime import fastpath, record
+from neuron_lab.runtime import fastpath, output_plans, record
 
 ext = fastpath.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the deferral extension is not built")
@@ -552,9 +552,9 @@ def test_the_records_c_reads_by_position_keep_their_field_order():
     """deferral.cpp reads FastOut, OutSpec and OutMeta by position: a reordered field would be
     read as another one. (QueuedOp and Ref are the extension's own C types: their C++ reads
     struct fields; the Python references keep the same field names.)"""
-    assert record.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
+    assert output_plans.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
                                       "queueable", "ref", "same_as")
-    assert record.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
+    assert output_plans.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
     assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
     q = record.QueuedOp("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where",
                         "plan")

@@ -190,7 +190,7 @@ def test_a_saved_output_with_a_view_is_wired_to_its_own_op(compile_off):
 def test_a_copy_of_an_identity_view_or_its_base_is_one_region(compile_off, copied):
     """``y.view(y.shape)`` (an identity view: same storage, same metadata) and ``y`` cannot be
     told apart by a shallow copy of either, in capture; the deferral, where each has a storage
-    of its own, can. Both name the first of them (record.identity_view), so a loop that copies
+    of its own, can. Both name the first of them (output_plans.identity_view), so a loop that copies
     either is one region. (SDPA's saved output next to ``_reshape_alias`` in ViT, a layer
     norm's output next to ``view`` in GPT-2: ViT fused from step 5 only, 83 %.)"""
     x = torch.randn(6, 6).to("neuron")

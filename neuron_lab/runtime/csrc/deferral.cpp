@@ -4,7 +4,7 @@
 // Python, the reference.
 //
 // On a known path a deferred op does no work of its own: it gets a pending tensor whose
-// metadata the trie node predicts (record.FastOut) and is appended to the queue. Here the steps
+// metadata the trie node predicts (output_plans.FastOut) and is appended to the queue. Here the steps
 // Python took for that (building the key, the trie lookup, the tensor, two weak references, two
 // producer entries, the record) are C calls on the same Python objects, so the engine's slow
 // paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
@@ -105,7 +105,7 @@ bool admit(PyObject* f, PyObject* nbytes) {
 }
 
 // The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
-// for an identity view (``same_as``: (distance back, output), record.identity_view) the
+// for an identity view (``same_as``: (distance back, output), output_plans.identity_view) the
 // output it repeats. False with an exception set.
 bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_t pos, long k,
                       PyObject* r, PyObject* same_as) {

@@ -37,7 +37,7 @@ struct State {
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
-  long pending_kind = -1;            // record.PENDING, record.NOT_TENSOR (OutSpec.kind)
+  long pending_kind = -1;            // output_plans.PENDING, NOT_TENSOR (OutSpec.kind)
   long not_tensor_kind = -1;
   bool adaptive_mode = false;        // knobs.MODE is "adaptive" (set_adaptive)
   c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
