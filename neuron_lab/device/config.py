@@ -85,9 +85,11 @@ class Knob(Generic[T]):
 
     def get(self) -> T:
         v = self._value
-        if v is not _UNSET:
-            return v
-        return self.env_value()
+        if v is _UNSET:
+            v = self._env_value          # env_value's cache, read here: get is on hot paths
+            if v is _UNSET:
+                v = self.env_value()
+        return v
 
     def env_value(self) -> T:
         """The environment variable's value (or the default), ignoring any in-process setting."""
