@@ -4,8 +4,8 @@ An op whose key continues a known trie path does not run: the trie node predicts
 metadata, so each output is a new pending tensor (``device/tensor_data.py``) that the region's
 launch fills later. Per output that is one tensor creation, two weak references and two producer
 entries in the segment's map; the memory bound is one addition and one comparison
-(``_admit_pending``). A node's plan (``output_plans.out_plan``, ``output_plans.FastOut``) is derived at its
-first deferral, here.
+(``_admit_pending``). A node's plan (``output_plans.out_plan``, ``output_plans.FastOut``) is
+derived at its first deferral, here.
 
 The deferral hot path is C++ (``csrc/deferral.cpp``, installed by ``fastpath``): it does the
 same steps on the same objects and calls this module only for a node's first deferral and for

@@ -315,8 +315,8 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, record
                          producers: dict) -> bool:
     """Does a captured output leave its storage's entry as it is? The caller's own tensor (in
     place, ``out=``) does: the deferral gives it none either. So does an identity view
-    (``output_plans.identity_view``): the op's one output, a view of argument 0 (an output of the segment)
-    with its metadata, over a storage that has an entry already."""
+    (``output_plans.identity_view``): the op's one output, a view of argument 0 (an output of
+    the segment) with its metadata, over a storage that has an entry already."""
     for a in targs:
         if a is t:
             return True

@@ -4,21 +4,22 @@
 // Python, the reference.
 //
 // On a known path a deferred op does no work of its own: it gets a pending tensor whose
-// metadata the trie node predicts (output_plans.FastOut) and is appended to the queue. Here the steps
-// Python took for that (building the key, the trie lookup, the tensor, two weak references, two
-// producer entries, the record) are C calls on the same Python objects, so the engine's slow
-// paths (capture, divergence, launches, materialize), the telemetry and the tests see exactly
-// what the Python path would have built. The C++ reads no Python attribute of the runtime's
-// own objects: the engine's segment state is a C struct (segment.h, ``Engine.seg``), so is a
-// trie node (trie_node.h), an op's facts come as its verdict.OP_BITS entry, and the engine's
-// methods it calls back are handed over by ``configure`` (fastpath.py):
+// metadata the trie node predicts (output_plans.FastOut) and is appended to the queue. Here the
+// steps Python took for that (building the key, the trie lookup, the tensor, two weak
+// references, two producer entries, the record) are C calls on the same kinds of objects, so
+// the engine's slow paths (capture, divergence, launches, materialize), the telemetry and the
+// tests see exactly what the Python path would have built. The C++ reads no Python attribute
+// of the runtime's own objects: the engine's segment state is a C struct (segment.h,
+// ``Engine.seg``), so are a trie node (trie_node.h), a record (queued_op.h), a producer entry
+// (produced.h) and a Ref (ref.h); an op's facts come as its verdict.OP_BITS entry, and the
+// engine's methods it calls back are handed over by ``configure`` (fastpath.py):
 //
 //   key      (facts, (arg keys...)) as record.describe builds it (deferral_keys.cpp); where the
 //            trie node has one child (a region's path), compared with that child's key
 //            where the arguments are instead (match_key: nothing built, hashed or freed);
 //   record   QueuedOp(facts, templates, kwarg templates, node.key, [(tensor ref, storage ref)],
-//            node.metas, "t", node.where, node.plan), made like tuple.__new__ makes it (the
-//            trie node's key object: the op's own equal key dies at once);
+//            node.metas, "t", node.where, node.plan) (queued_op::make; the trie node's key
+//            object: the op's own equal key dies at once);
 //   producer Produced(pos, 0, weak_ref, Ref) under id(tensor) and id(storage)
 //            (weak_outputs.cpp: c10 weak pointers, not Python weakrefs).
 //
@@ -111,13 +112,11 @@ bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_
                       PyObject* r, PyObject* same_as) {
   if (same_as == Py_None) return set_producer(producers, st, pos, k, sr, r);
   Py_ssize_t back = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 0));
-  PyObject* kk = PyTuple_GET_ITEM(same_as, 1);   // borrowed
-  Py_ssize_t same_k = back == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(kk);
+  Py_ssize_t same_k = back == -1 && PyErr_Occurred()
+                          ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 1));
   if (same_k == -1 && PyErr_Occurred()) return false;
-  PyObject* p = PyLong_FromSsize_t(pos - back);
-  PyObject* rr = p ? ref_of(p, kk) : nullptr;
+  PyObject* rr = ref_of(pos - back, same_k);
   bool ok = rr != nullptr && set_producer(producers, st, pos - back, same_k, sr, rr);
-  Py_XDECREF(p);
   Py_XDECREF(rr);
   return ok;
 }
@@ -235,14 +234,7 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
     if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == S.pending_kind) {
       PyObject** m = &PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, 2), 0);   // OutMeta
       bool queueable = PyTuple_GET_ITEM(spec, 5) == Py_True;
-      PyObject* r = Py_NewRef(Py_None);
-      if (queueable) {
-        PyObject* p = PyLong_FromSsize_t(pos);
-        PyObject* kk = p ? PyLong_FromSsize_t(k) : nullptr;
-        Py_SETREF(r, kk ? ref_of(p, kk) : nullptr);
-        Py_XDECREF(p);
-        Py_XDECREF(kk);
-      }
+      PyObject* r = queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
       Py_DECREF(t);
       Py_DECREF(pair);
       ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3],

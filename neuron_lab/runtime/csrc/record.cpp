@@ -53,7 +53,6 @@ struct Records {
 Records R;
 PyObject *s_t, *s_d, *s_tuple, *s_list, *s_v_none;
 
-
 // A tuple of ints, untracked (the cycle collector would untrack it at its first pass anyway)
 PyObject* int_tuple(c10::IntArrayRef v) {
   PyObject* t = untracked(PyTuple_New(static_cast<Py_ssize_t>(v.size())));
@@ -68,10 +67,6 @@ PyObject* int_tuple(c10::IntArrayRef v) {
   }
   return t;
 }
-
-}  // namespace
-
-namespace {
 
 // producers[key] = Produced(pos, k, wr or weak_ref(o), r); false with an exception set
 bool set_entry(PyObject* producers, PyObject* key, PyObject* o, Py_ssize_t pos, Py_ssize_t k,
@@ -122,11 +117,6 @@ PyObject* storage_entry(PyObject* producers, PyObject* st, PyObject* meta) {
 }
 
 namespace {
-
-// producers[id(o)] = Produced(pos, k, weak_ref(o), r); false with an exception set
-bool produce(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k, PyObject* r) {
-  return set_producer(producers, o, pos, k, nullptr, r);
-}
 
 // producers[(id(st), meta)] = Produced(pos, k, weak_ref(st), r): a captured output's storage
 bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, Py_ssize_t pos,
@@ -224,15 +214,15 @@ bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** struct
 
 }  // namespace
 
-PyObject* ref_of(PyObject* pos, PyObject* k) {
-  PyObject* key = PyTuple_Pack(2, pos, k);
+PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k) {
+  PyObject* key = Py_BuildValue("(nn)", pos, k);
   if (key == nullptr) return nullptr;
   PyObject* r = PyDict_GetItemWithError(R.refs, key);   // borrowed
   if (r != nullptr || PyErr_Occurred()) {
     Py_DECREF(key);
     return Py_XNewRef(r);
   }
-  r = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&ref::RefType), pos, k, nullptr);
+  r = ref::make(pos, k);
   if (r != nullptr && PyDict_SetItem(R.refs, key, r) < 0) Py_CLEAR(r);   // as record.ref
   Py_DECREF(key);
   return r;
@@ -283,8 +273,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
   if (bad) return nullptr;
-  PyObject* pos = PyLong_FromSsize_t(p);
-  bool ok = pos != nullptr;
+  bool ok = true;
   for (Py_ssize_t k = 0; ok && k < m; ++k) {
     PyObject* out = flat[k];
     if (out == nullptr) continue;
@@ -295,20 +284,17 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
       ok = host_only > 0;
       continue;
     }
-    PyObject* kk = PyLong_FromSsize_t(k);
-    PyObject* r = kk ? ref_of(pos, kk) : nullptr;
+    PyObject* r = ref_of(p, k);
     PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
                                                           // untyped_storage(), as Python gets it
     PyObject* meta = PyTuple_GET_ITEM(metas, k);
-    ok = st != nullptr && produce(producers, out, p, k, r);
+    ok = st != nullptr && set_producer(producers, out, p, k, nullptr, r);
     int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers,
                                         st) : -1;
     ok = keep == 1 || (keep == 0 && produce_storage(producers, st, meta, p, k, r));
     Py_XDECREF(st);
     Py_XDECREF(r);
-    Py_XDECREF(kk);
   }
-  Py_XDECREF(pos);
   return ok ? Py_NewRef(Py_None) : nullptr;
 }
 

@@ -23,7 +23,7 @@ PyObject* storage_key(PyObject* st, PyObject* meta);
 
 // record.ref(pos, k): the shared Ref of output ``k`` of op ``pos``, read from record._refs
 // (made and stored there the first time); a new reference, or nullptr with an exception set
-PyObject* ref_of(PyObject* pos, PyObject* k);
+PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k);
 
 // The live producer entry of storage ``st`` seen with metadata ``meta`` (record.storage_entry):
 // a captured output's (``storage_key``) first, it is the later producer in a segment that

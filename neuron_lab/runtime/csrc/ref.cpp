@@ -19,12 +19,7 @@ PyObject* ref_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Py_ssize_t pos = 0, k = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nn:Ref", const_cast<char**>(names), &pos, &k))
     return nullptr;
-  PyObject* self = type->tp_alloc(type, 0);
-  if (self == nullptr) return nullptr;
-  auto* r = reinterpret_cast<RefObject*>(self);
-  r->pos = pos;
-  r->k = k;
-  return self;
+  return make(pos, k);
 }
 
 PyObject* ref_repr(PyObject* self) {
@@ -46,6 +41,15 @@ PyMemberDef ref_members[] = {
     {nullptr, 0, 0, 0, nullptr}};
 
 }  // namespace
+
+PyObject* make(Py_ssize_t pos, Py_ssize_t k) {
+  PyObject* self = RefType.tp_alloc(&RefType, 0);
+  if (self == nullptr) return nullptr;
+  auto* r = reinterpret_cast<RefObject*>(self);
+  r->pos = pos;
+  r->k = k;
+  return self;
+}
 
 PyTypeObject RefType = c_types::plain(
     "neuron_lab.runtime._runtime_ext.Ref", sizeof(RefObject),

@@ -19,4 +19,7 @@ inline bool is_ref(PyObject* o) { return Py_TYPE(o) == &RefType; }
 
 inline const RefObject& as_ref(PyObject* o) { return *reinterpret_cast<RefObject*>(o); }
 
+// A new Ref(pos, k), or nullptr with an exception set.
+PyObject* make(Py_ssize_t pos, Py_ssize_t k);
+
 }  // namespace neuron_lab::ref

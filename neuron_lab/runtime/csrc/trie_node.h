@@ -16,7 +16,8 @@ struct NodeObject {
   Py_ssize_t depth;       // ops from the root
   PyObject* metas;        // the op's OutMeta per output
   PyObject* structure;    // the op's output structure (record.structure_of)
-  PyObject* plan;         // output_plans.out_plan: tuple of OutSpec, set at its first deferral, or None
+  PyObject* plan;         // output_plans.out_plan: tuple of OutSpec, set at its first deferral,
+                          // or None
   PyObject* fast;         // output_plans.FastOut, False when the op is not that simple, or None
   PyObject* key;          // the key leading here from the parent (None at the root)
   PyObject* where;        // the user's line that issued the op when it was recorded
