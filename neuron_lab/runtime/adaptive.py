@@ -27,8 +27,9 @@ State machine per op (``Engine.launch``, installed through the device's ``runtim
   engine continues in capture; a long shared prefix (>= ``NEURON_LAB_MIN_SPLIT`` ops) is cut
   into a region of its own so the next divergence at the same place is a hit.
 
-A region nobody waits for (the next op left its path, a step's phase boundaries) is
-launched on the device's thread (``launch_queue``) and the host goes on; a flush for a value,
+With ``NEURON_LAB_ASYNC=1``, a region nobody waits for (the next op left its path, a step's
+phase boundaries) is launched on the device's thread (``launch_queue``, which says why that is
+opt-in on the CPU executor) and the host goes on; a flush for a value,
 a sync point or any op the host runs now waits for that queue first, unless the values it
 reads depend on nothing queued (``cone_reads``).
 """
@@ -239,10 +240,11 @@ class Engine(Deferral):
             self._end_segment("period")
 
     def _launch(self, region, wait: bool = True) -> None:
-        """Launch the segment as ``region``: queued on the device's thread if nobody waits for
-        it (not ``wait``) and its fused program is decided on (``Status.FUSED``; a region
-        launched unwaited gets the C++ wrapper, whose launch holds no GIL, so the host's Python
-        runs beside it); else here and now, after the queue. A per-op replay holds the GIL
+        """Launch the segment as ``region``: queued on the device's thread if that is on
+        (``NEURON_LAB_ASYNC``), nobody waits for it (not ``wait``) and its fused program is
+        decided on (``Status.FUSED``; a region launched unwaited gets the C++ wrapper, whose
+        launch holds no GIL, so the host's Python runs beside it); else here and now, after the
+        queue. A per-op replay holds the GIL
         nearly throughout, so beside the host's Python it would only slow both; a trial's
         samples are timed where nothing competes. Nor while a compile runs: the helper process
         uses the other core then, and fused launches queued beside it slow the user's loop

@@ -57,9 +57,11 @@ NATIVE_DEFER = Knob("NEURON_LAB_NATIVE_DEFER", True, boolean,
                     doc="defer ops on a known region path and keep the engine's records in C "
                         "(runtime/csrc); 0: the Python engine's path (the reference; same "
                         "results)")
-ASYNC = Knob("NEURON_LAB_ASYNC", True, boolean,
-             doc="launch a region nobody waits for on the device's thread and go on "
-                 "(launch_queue.py); 0: every launch runs on the thread that issues it")
+ASYNC = Knob("NEURON_LAB_ASYNC", False, boolean,
+             doc="1: launch a region nobody waits for on the device's thread and go on "
+                 "(launch_queue.py); off by default: on the CPU executor that thread's "
+                 "OpenMP pool slows every parallel op of the process (launch_queue.py says "
+                 "how much); 0: every launch runs on the thread that issues it")
 BACKWARD_BOUNDARY = Knob("NEURON_LAB_BACKWARD_BOUNDARY", False, boolean,
                          doc="end the forward's region where a backward pass of neuron roots "
                              "starts, so the device computes the forward while the host issues "

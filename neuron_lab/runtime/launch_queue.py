@@ -20,8 +20,23 @@ through ``runtime_interface.wait_launches``: a queued optimizer update may still
 in place). So the host never sees a value before the launch that writes it, nor writes a tensor a
 queued launch still reads: in-order execution, as before, with the host's Python overlapped with the
 device's work (the model's Python and the next step's deferral run while the previous step's program
-runs; the programs' ATen calls release the GIL). ``NEURON_LAB_ASYNC=0`` runs every launch on the
-issuing thread, as before.
+runs; the programs' ATen calls release the GIL).
+
+Opt-in (``NEURON_LAB_ASYNC=1``); by default every launch runs on the thread that issues it. On
+the CPU executor the device's thread shares the host's cores and its OpenMP runtime: the first
+parallel ATen call it makes (an MKL matmul in a fused program) starts a second OpenMP thread
+pool, and libgomp, seeing more OpenMP threads than CPUs, stops spinning its idle workers and
+puts them to sleep after a few hundred iterations instead of ~300,000. From then on every
+parallel region of the process, on any thread, pays a futex wake and sleep at its start and
+end. Measured on 2 cores, 2 intra-op threads, the Transformers Llama train step of the bench's
+W6: adaptive 22 ms/step launching on the issuing thread against 39-41 ms with the device's
+thread, and a CPU eager loop in the same process 21 ms/step before that thread's first launch
+against 51 ms after (plain torch shows the same: a second thread that ran one 2-thread matmul
+and stays alive). Run single-threaded (OpenMP and MKL limited to 1 on that thread) the device's
+thread adds no pool, but computes on one core: 37 ms/step with a read every step, 29 ms with
+one every 10, against 25 ms on the issuing thread. On one core it only adds thread switches:
+33-41 ms/step against 33 ms. A device whose compute does not run on the host's cores (the
+CUDA executor, a real Trainium) is where this queue pays.
 
 A launch that raises on the worker keeps its error; the next ``drain`` on a user thread raises
 it (once), as a device reports an asynchronous failure at the next synchronization; the values

@@ -193,9 +193,9 @@ def test_programs_of_many_ops_get_the_cpp_wrapper(monkeypatch, least, cpp):
 
 
 def test_a_region_launched_beside_the_host_gets_the_cpp_wrapper_whatever_its_size(monkeypatch):
-    """A training loop that never reads a value: its regions end at the optimizer's
-    boundaries, nobody waits for their launches, so their programs run on the device's thread
-    beside the host's Python and get the C++ wrapper although they are far under the size
+    """A training loop that never reads a value, with the device's thread on
+    (``NEURON_LAB_ASYNC=1``): its regions end at the optimizer's boundaries, nobody waits for
+    their launches, so their programs run on the device's thread beside the host's Python and get the C++ wrapper although they are far under the size
     threshold; a loop that reads every value (``_fused_cells``) keeps the Python wrapper. The
     trained parameters are CPU's."""
     import torch._inductor.config as iconf
@@ -212,7 +212,7 @@ def test_a_region_launched_beside_the_host_gets_the_cpp_wrapper_whatever_its_siz
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
         return [p.detach().cpu() for p in model.parameters()]
-    with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(10_000):
+    with knobs.TRIALS.scoped(0), knobs.CPP_WRAPPER_OPS.scoped(10_000), knobs.ASYNC.scoped(True):
         got = train("neuron")
         runtime.wait_compiles()
         got = train("neuron")

@@ -1,7 +1,8 @@
-"""Launches queued on the device's thread (runtime/launch_queue.py) and reads served before
-their region launches (runtime/cone_reads.py): the host goes on, and every value it reads is the
-one eager computes (within the fused programs' tolerance: only a region decided fused is
-queued; ``fused`` makes every compiled region that, without trials)."""
+"""Launches queued on the device's thread (runtime/launch_queue.py, ``NEURON_LAB_ASYNC=1``) and
+reads served before their region launches (runtime/cone_reads.py): the host goes on, and every
+value it reads is the one eager computes (within the fused programs' tolerance: only a region
+decided fused is queued; ``fused`` makes every compiled region that, without trials, with the
+device's thread on)."""
 import copy
 import io
 import threading
@@ -24,7 +25,8 @@ def fused():
     # compiles an earlier test left in the background make launches run inline (a launch waits
     # for the queue while the worker is busy): start with none
     worker.wait(300)
-    with knobs.COMPILE.scoped(True), knobs.TRIALS.scoped(0), knobs.COMPILE_AFTER.scoped(1):
+    with knobs.COMPILE.scoped(True), knobs.TRIALS.scoped(0), knobs.COMPILE_AFTER.scoped(1), \
+            knobs.ASYNC.scoped(True):
         yield
 
 
@@ -130,15 +132,25 @@ def test_a_host_read_of_a_tensor_a_queued_launch_writes_waits_for_it(fused):
         assert _close(tensor_data.host(p), r)
 
 
-def test_without_async_every_launch_runs_on_the_issuing_thread(fused):
+def test_by_default_every_launch_runs_on_the_issuing_thread():
+    """``NEURON_LAB_ASYNC`` is off unless set: fused launches nobody waits for run where they
+    are issued (launch_queue.py says why), and the training equals CPU's."""
+    worker.wait(300)
     torch.manual_seed(3)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
+    ref = _mlp()
+    _train(ref, x, y, 6)
     model = _mlp().to("neuron")
-    before = runtime.current().engine.queue.launched
-    with knobs.ASYNC.scoped(False):
+    before, fused_before = runtime.current().engine.queue.launched, runtime.stats()["launches_fused"]
+    with knobs.COMPILE.scoped(True), knobs.TRIALS.scoped(0), knobs.COMPILE_AFTER.scoped(1), \
+            knobs.SYNC_COMPILE.scoped(True):
+        assert not knobs.ASYNC.get()
         _train(model, x.to("neuron"), y.to("neuron"), 6)
         neuron_lab.sync()
+    assert runtime.stats()["launches_fused"] > fused_before
     assert runtime.current().engine.queue.launched == before
+    for p, r in zip(model.parameters(), ref.parameters()):
+        assert _close(p.cpu(), r)
 
 
 def test_a_queued_launch_that_fails_raises_at_the_next_sync_naming_the_op(fused):
