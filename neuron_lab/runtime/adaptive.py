@@ -326,6 +326,7 @@ class Engine(Deferral):
             self.flush(reason, wait=False)
 
     def _flush(self, reason: str, wait: bool = True) -> None:
+        worker.note_activity()               # background compiles' loads wait for a pause
         seg = self.seg
         depth = len(seg.records)
         fl = self.stats["flushes"]

@@ -43,6 +43,12 @@ COMPILE_NICE = Knob("NEURON_LAB_COMPILE_NICE", 10, int, minimum=0,
                     doc="how far below the user's process the compile helper's CPU priority "
                         "is (Unix nice steps; 0: the same): where they share a core, the "
                         "user's loop keeps most of it and compiles take longer")
+COMPILE_LOAD_IDLE_MS = Knob("NEURON_LAB_COMPILE_LOAD_IDLE_MS", 20.0, float, minimum=0.0,
+                            doc="a background compile's part in the user's process (the cache "
+                                "load after the helper; the whole compile without it) starts "
+                                "once the engine has ended no segment for this long (0: at once)")
+COMPILE_LOAD_WAIT_S = Knob("NEURON_LAB_COMPILE_LOAD_WAIT_S", 1.0, float, minimum=0.0,
+                           doc="how long that part waits for the engine to go idle at most")
 COMPILE_TIMEOUT_S = Knob("NEURON_LAB_COMPILE_TIMEOUT_S", 600.0, float, minimum=0.0,
                          doc="seconds a region's compile in the helper may take; past them the "
                              "helper is stopped (the next compile starts another) and the "

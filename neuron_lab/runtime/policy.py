@@ -221,7 +221,7 @@ def maybe_compile(region, records, needed, stats) -> None:
                                                        or worker.has_room()):
         return
     try:
-        gm, plan, examples = compiler.build(records, needed | region.wanted)
+        graph, plan, examples = compiler.build(records, needed | region.wanted)
     except Exception as e:  # noqa: BLE001 - cannot express the region as a graph: per-op
         region.move(Status.FAILED, f"build: {type(e).__name__}: {e}")
         worker._add("compiles_failed", 1, stats)
@@ -231,4 +231,4 @@ def maybe_compile(region, records, needed, stats) -> None:
     fixed = region.floats_seen if plan.scalars and region.floats_seen else None
     build = programs.Build(compiler.largest_numel(records), region.beside_host,
                            torch.get_num_threads())
-    worker.submit(region, gm, examples, stats, build, (fixed, region.floats_before))
+    worker.submit(region, graph, examples, stats, build, (fixed, region.floats_before))

@@ -41,6 +41,7 @@ import time
 import traceback
 
 import torch
+from torch import fx
 
 from ..device import events
 from . import helper, knobs, programs
@@ -50,8 +51,9 @@ _q: queue.Queue = queue.Queue()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "dropped": 0, "cancelled": 0,
-         "seconds": 0.0}
+         "seconds": 0.0, "waiting_idle": 0, "idle_wait_s": 0.0}
 _closing = False
+_last_activity = 0.0    # time.monotonic() when the engine last ended a segment (``note_activity``)
 
 
 class _Cancelled(BaseException):
@@ -59,13 +61,14 @@ class _Cancelled(BaseException):
     compiler's own ``except Exception`` handlers must not swallow it)."""
 
 
-def _compile(region, gm, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
+def _compile(region, graph, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
     t0 = time.perf_counter()
     region.move(Status.COMPILING)
     _add("running", 1)
     events.emit(events.COMPILE, region=region.id, seconds=0.0, outcome="running", error=None)
     try:
-        program = _compiled(region, gm, examples, build, floats)
+        program = _compiled(region, fx.GraphModule(torch.nn.Module(), graph), examples, build,
+                            floats)
     except _Cancelled:
         region.move(Status.RECORDED)
         _add("cancelled", 1)
@@ -99,14 +102,55 @@ def _compiled(region, gm, examples, build, floats):
     A compile past its time limit raises ``helper.CompileTimeout`` (the region fails)."""
     fixed, fallback = floats
     packed = None
-    if knobs.COMPILE_HELPER.get() and not knobs.SYNC_COMPILE.get():
+    background = not knobs.SYNC_COMPILE.get()
+    if knobs.COMPILE_HELPER.get() and background:
         reply = helper.ask(gm, examples, build, fixed, fallback)
         if _closing:                 # shutdown stopped the helper: do not compile here instead
             raise _Cancelled
         if reply is not None and reply.ok:
             packed = reply.specialized_on is None
+    if background:
+        _wait_for_idle()
     with _compile_lock(), torch.profiler.record_function(f"neuron::compile[region {region.id}]"):
         return programs.compile_program(gm, examples, build, fixed, fallback, packed)
+
+
+def note_activity() -> None:
+    """The engine ended a segment (launched, replayed or cached it): the device is in use."""
+    global _last_activity
+    _last_activity = time.monotonic()
+
+
+def _wait_for_idle() -> None:
+    """Hold the in-process part of a background compile until the engine has ended no segment
+    for ``NEURON_LAB_COMPILE_LOAD_IDLE_MS`` (20 ms), or ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` (1 s)
+    at most. That part holds the GIL: with the helper it is the load from inductor's caches
+    (AOTAutograd's cache key, fake inputs, the program's modules: 35-70 ms of CPU for an MLP
+    train step's region), without it the whole compile. Run beside the user's loop it adds its
+    CPU to the loop's on one core and takes turns at the GIL with it on more: a notebook cell
+    re-run whose regions reach ``NEURON_LAB_COMPILE_AFTER`` during the run took 51-83 ms against
+    25 ms per-op without the load. Waiting moves it into the pause after the cell; a loop that
+    never pauses gets its programs at most the wait later."""
+    idle = knobs.COMPILE_LOAD_IDLE_MS.get() / 1e3
+    if idle <= 0:
+        return
+    t0 = time.monotonic()
+    deadline = t0 + knobs.COMPILE_LOAD_WAIT_S.get()
+    waited = False
+    try:
+        while not _closing:
+            now = time.monotonic()
+            quiet = now - _last_activity
+            if quiet >= idle or now >= deadline:
+                return
+            if not waited:
+                waited = True
+                _add("waiting_idle", 1)
+            time.sleep(min(idle - quiet, deadline - now))
+    finally:
+        if waited:
+            _add("waiting_idle", -1)
+            _add("idle_wait_s", time.monotonic() - t0)
 
 
 def _compile_lock():
@@ -171,9 +215,10 @@ def has_room() -> bool:
     return not _closing and state["queued"] < knobs.COMPILE_QUEUE.get()
 
 
-def submit(region, gm, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
-    """Compile ``gm`` for ``region`` in the background; ``build`` (a ``programs.Build``) and
-    ``floats`` ((fixed, fallback)) as ``programs.compile_program`` takes them."""
+def submit(region, graph, examples, stats, build=programs.Build(), floats=(None, None)) -> None:
+    """Compile ``graph`` (an ``fx.Graph``, made a GraphModule on the compile thread) for
+    ``region`` in the background; ``build`` (a ``programs.Build``) and ``floats`` ((fixed,
+    fallback)) as ``programs.compile_program`` takes them."""
     global _thread
     if _closing:
         region.move(Status.RECORDED)
@@ -185,7 +230,7 @@ def submit(region, gm, examples, stats, build=programs.Build(), floats=(None, No
         # In a thread of its own, joined: a launch can happen inside a device kernel (a boundary
         # op flushes the queue), whose dispatch state (the Python key excluded, as in every
         # kernel) a compile must not inherit: FakeTensorMode refuses to start under it.
-        t = threading.Thread(target=_compile, args=(region, gm, examples, stats, build, floats),
+        t = threading.Thread(target=_compile, args=(region, graph, examples, stats, build, floats),
                              name="neuron_lab-compile-sync")
         t.start()
         try:
@@ -197,7 +242,7 @@ def submit(region, gm, examples, stats, build=programs.Build(), floats=(None, No
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="neuron_lab-compile", daemon=True)
             _thread.start()
-    _q.put((region, gm, examples, stats, build, floats))
+    _q.put((region, graph, examples, stats, build, floats))
 
 
 def shutdown(wait_s: float | None = None) -> None:

@@ -1,0 +1,87 @@
+"""A background compile's part in the user's process waits for the engine to pause.
+
+That part (the load from inductor's caches after the helper; the whole compile without it)
+holds the GIL, so it runs once the engine has ended no segment for
+``NEURON_LAB_COMPILE_LOAD_IDLE_MS``, or after ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` at most
+(runtime/worker.py, ``_wait_for_idle``).
+"""
+import threading
+import time
+
+import torch
+
+from neuron_lab import runtime
+from neuron_lab.runtime import knobs, programs, worker
+
+
+def _step(x):
+    return (torch.tanh(x * 1.5) + 0.25).sum().item()
+
+
+def _until(cond, timeout=120.0, during=None):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        if during is not None:
+            during()
+        else:
+            time.sleep(0.005)
+
+
+def _calls(monkeypatch) -> list:
+    """When ``programs.compile_program`` (the in-process part) is entered, from now on."""
+    calls = []
+    real = programs.compile_program
+
+    def compile_program(*a, **k):
+        calls.append(time.monotonic())
+        return real(*a, **k)
+    monkeypatch.setattr(programs, "compile_program", compile_program)
+    return calls
+
+
+def test_the_in_process_compile_waits_until_the_loop_pauses(fresh_engine, monkeypatch):
+    calls = _calls(monkeypatch)
+    x_cpu = torch.randn(256)
+    x = x_cpu.to("neuron")
+    want = _step(x_cpu)
+    with knobs.COMPILE.scoped(True), knobs.COMPILE_AFTER.scoped(1), \
+            knobs.COMPILE_HELPER.scoped(False), knobs.SYNC_COMPILE.scoped(False), \
+            knobs.COMPILE_LOAD_IDLE_MS.scoped(1000.0), knobs.COMPILE_LOAD_WAIT_S.scoped(600.0):
+        wait_s = worker.state["idle_wait_s"]
+        # the loop runs until the compile is queued and held at the gate, then 0.5 s more
+        _until(lambda: worker.state["waiting_idle"] == 1, during=lambda: _step(x))
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            assert abs(_step(x) - want) <= 1e-4 * abs(want) + 1e-5
+        stopped = time.monotonic()
+        assert not calls                         # held while the loop ran
+        runtime.wait_compiles()                  # the loop pauses here: the compile goes on
+    assert len(calls) == 1 and calls[0] - stopped >= 0.5
+    assert worker.state["waiting_idle"] == 0
+    assert worker.state["idle_wait_s"] - wait_s >= 1.2
+    assert any(r["status"] in ("trial", "fused") for r in runtime.regions())
+
+
+def test_a_loop_that_never_pauses_gets_its_program_after_the_longest_wait(fresh_engine,
+                                                                           monkeypatch):
+    calls = _calls(monkeypatch)
+    x = torch.randn(256).to("neuron")
+    with knobs.COMPILE.scoped(True), knobs.COMPILE_AFTER.scoped(1), \
+            knobs.COMPILE_HELPER.scoped(False), knobs.SYNC_COMPILE.scoped(False), \
+            knobs.COMPILE_LOAD_IDLE_MS.scoped(1000.0), knobs.COMPILE_LOAD_WAIT_S.scoped(0.3):
+        held = []
+        _until(lambda: worker.state["waiting_idle"] == 1, during=lambda: _step(x))
+        t0 = time.monotonic()
+        _until(lambda: calls, timeout=60.0, during=lambda: held.append(_step(x)))
+        assert held                              # the loop kept running: no pause came
+        runtime.wait_compiles()
+
+
+def test_a_zero_idle_time_loads_at_once(fresh_engine):
+    worker.note_activity()
+    with knobs.COMPILE_LOAD_IDLE_MS.scoped(0.0):
+        t = threading.Thread(target=worker._wait_for_idle)
+        t.start()
+        t.join(5.0)
+        assert not t.is_alive()
