@@ -245,9 +245,9 @@ class Engine(Deferral):
         decided on (``Status.FUSED``; a region launched unwaited gets the C++ wrapper, whose
         launch holds no GIL, so the host's Python runs beside it); else here and now, after the
         queue. A per-op replay holds the GIL nearly throughout, so beside the host's Python it
-        would only slow both; a trial's samples are timed where nothing competes. Nor while a compile runs: the helper process
-        uses the other core then, and fused launches queued beside it slow the user's loop
-        (the bench's W7 measures that loop)."""
+        would only slow both; a trial's samples are timed where nothing competes. Nor while a
+        compile runs: the helper process uses the other core then, and fused launches queued
+        beside it slow the user's loop (the bench's W7 measures that loop)."""
         recs = self.seg.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)
