@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
 
     import torch
-    from . import budget, harness, models, modelled, peers, report
+    from . import budget, canary, harness, models, modelled, peers, report
     from . import training
     from .micro import copy_bandwidth
     try:
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    canary_start = canary.parallel_op_us()         # before any peer starts a thread
     log(f"neuron_lab.bench: {'quick' if a.quick else 'full'} run, budget {b.name} (CPUs "
         f"{','.join(map(str, b.cpus))}, {b.threads} torch threads), workloads {','.join(keys)}, "
         f"inductor cache {cache['state']} ({cache['dir']})")
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{k}: {WORKLOADS[k].title}")
         result["workloads"][k] = harness.run_workload(WORKLOADS[k], ps, cfg, log)
     result["copy_bandwidth_GBps"] = copy_bandwidth(cfg)["GBps"]
+    result["parallel_op_us"] = {"start": canary_start, "end": canary.parallel_op_us()}
+    warning = canary.check(canary_start, result["parallel_op_us"]["end"])
+    if warning:
+        log("WARNING: " + warning)
     if a.distributed:
         from . import distributed
         result["distributed"] = distributed.run(a.quick, log)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .canary import check as check_canary
+
 SCHEMA = "neuron_lab.bench/2"
 _QUIET_SKIPS = ("not applicable", "neuron peers only", "not measured")
 
@@ -128,11 +130,16 @@ def header(result: dict) -> str:
     b = result.get("budget") or {}
     where = (f"budget {b['name']} (CPU {','.join(map(str, b['cpus']))}, {b['threads']} torch "
              f"thread{'s' if b['threads'] != 1 else ''})" if b else f"{m['threads']} torch threads")
-    return (f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {where}, "
-            f"load {m['load_before']} before, {m.get('load_after', '?')} after; inductor cache "
-            f"{c['state']} ({c['entries_before']} files at start); copy bandwidth "
-            f"{fmt(result.get('copy_bandwidth_GBps'))} GB/s; "
-            f"{'quick' if result['config']['quick'] else 'full'} run, {result['seconds']:.0f} s")
+    canary = result.get("parallel_op_us") or {}
+    out = (f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {where}, "
+           f"load {m['load_before']} before, {m.get('load_after', '?')} after; inductor cache "
+           f"{c['state']} ({c['entries_before']} files at start); copy bandwidth "
+           f"{fmt(result.get('copy_bandwidth_GBps'))} GB/s; "
+           + (f"parallel-op canary {fmt(canary['start'])} µs at start, {fmt(canary['end'])} at "
+              f"end; " if canary else "")
+           + f"{'quick' if result['config']['quick'] else 'full'} run, {result['seconds']:.0f} s")
+    warning = check_canary(canary.get("start"), canary.get("end"))
+    return out + (f"\n\n**Warning:** {warning}." if warning else "")
 
 
 def text(result: dict) -> str:

@@ -42,6 +42,7 @@ def test_json_schema(cli_run):
     assert all(m == [[res["budget"]["cpus"]]] for m in masks.values()), masks
     assert res["cache"]["state"] in ("cold", "warm")
     assert res["copy_bandwidth_GBps"] > 0
+    assert res["parallel_op_us"]["start"] > 0 and res["parallel_op_us"]["end"] > 0
     assert res["peers"] == list(peers.ORDER)
     assert set(res["workloads"]) == set(SUBSET)
     w1 = res["modelled_trn2"]["W1"]                       # W1 is the only modelled one here
@@ -77,6 +78,20 @@ def test_table_and_plot(cli_run):
     assert "| W1 |" in proc.stdout and "| target |" in proc.stdout
     assert png.stat().st_size > 1000
     assert report.table(res) in proc.stdout
+
+
+def test_the_report_warns_when_the_parallel_op_canary_slowed(cli_run):
+    """A run whose canary ran more than ``canary.LIMIT`` times slower at its end says so in its
+    header: a peer may have left a thread that slows every later peer's OpenMP work."""
+    from neuron_lab.bench import canary
+    _, res, _ = cli_run
+    start = res["parallel_op_us"]["start"]
+    assert "parallel-op canary" in report.header(res)
+    slowed = {**res, "parallel_op_us": {"start": start, "end": start * (canary.LIMIT + 0.5)}}
+    assert "**Warning:** the parallel-op canary" in report.header(slowed)
+    steady = {**res, "parallel_op_us": {"start": start, "end": start * canary.LIMIT}}
+    assert "Warning" not in report.header(steady)
+    assert canary.check(None, 3.0) is None
 
 
 def test_driver_records_errors_as_skips():
