@@ -35,9 +35,10 @@ against 51 ms after (plain torch shows the same: a second thread that ran one 2-
 and stays alive). Run single-threaded (OpenMP and MKL limited to 1 on that thread) the device's
 thread adds no pool, but computes on one core: 37 ms/step with a read every step, 29 ms with
 one every 10, against 25 ms on the issuing thread. On one core it only adds thread switches:
-33-41 ms/step against 33 ms. The queue models a device whose compute does not run on the
-host's cores (a real Trainium); on the CUDA executor the kernels a launch issues already run
-asynchronously on the GPU, so the issuing thread does not wait for them either.
+37-41 ms/step against 33 ms (a read every 10 steps). The queue models a device whose compute
+does not run on the host's cores (a real Trainium); on the CUDA executor the kernels a launch
+issues already run asynchronously on the GPU, so the issuing thread does not wait for them
+either.
 
 A launch that raises on the worker keeps its error; the next ``drain`` on a user thread raises
 it (once), as a device reports an asynchronous failure at the next synchronization; the values
