@@ -35,15 +35,13 @@ PyObject* new_queued(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|OOOO:QueuedOp", const_cast<char**>(names),
                                    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]))
     return nullptr;
-  PyObject* self = type->tp_alloc(type, 0);
-  if (self == nullptr) return nullptr;
-  auto f = fields_of(as_queued_op(self));
-  for (int i = 0; i < 9; ++i) *f[i] = v[i] != nullptr ? Py_NewRef(v[i]) : PyTuple_New(0);
-  if (*f[5] == nullptr) {   // metas defaults to ()
-    Py_DECREF(self);
+  PyObject* fields[9];
+  for (int i = 0; i < 9; ++i) fields[i] = v[i] != nullptr ? Py_NewRef(v[i]) : PyTuple_New(0);
+  if (fields[5] == nullptr) {   // metas defaults to ()
+    for (PyObject* f : fields) Py_XDECREF(f);
     return nullptr;
   }
-  return self;
+  return make(fields);   // the type is not subclassable: ``type`` is QueuedOpType
 }
 
 PyObject* repr(PyObject* self) {
