@@ -14,6 +14,35 @@ import pytest
 os.environ.setdefault("NEURON_LAB_COMPILE_NICE", "0")
 
 import neuron_lab
+from neuron_lab.runtime import worker
+
+
+def _settle(phase: str):
+    """No background compile outlives the phase that queued it. A compile still loading when
+    the next phase starts races pytest's log capture, which walks ``logging``'s logger dict
+    without its lock while the compile's first imports add loggers to it ("dictionary changed
+    size during iteration" at a later test's setup or teardown); it would also run beside the
+    next test, whose results it must not touch."""
+    try:
+        return (yield)
+    finally:
+        if worker.pending() and not worker.wait(timeout=300):
+            raise RuntimeError(f"a compile queued in {phase} was still running 300 s after it")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _settle("setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _settle("the test"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _settle("teardown"))
 
 
 @pytest.fixture
