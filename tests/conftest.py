@@ -9,8 +9,9 @@ import os
 import pytest
 
 # The suite keeps both cores busy (one pytest-xdist worker each): a compile helper below the
-# workers' priority (the default, NEURON_LAB_COMPILE_NICE=10) would get a tenth of a core, and
-# the tests that wait for compiles would wait ten times as long. Nothing here times a loop.
+# workers' priority (the default, NEURON_LAB_COMPILE_NICE=19: the idle policy) would get almost
+# none of them, and the tests that wait for compiles would wait for the workers to pause.
+# Nothing here times a loop.
 os.environ.setdefault("NEURON_LAB_COMPILE_NICE", "0")
 
 import neuron_lab

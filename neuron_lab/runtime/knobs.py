@@ -39,10 +39,11 @@ COMPILE_HELPER = Knob("NEURON_LAB_COMPILE_HELPER", True, boolean,
                       doc="background compiles run in a helper process; the user's process "
                           "loads the result from inductor's caches (helper.py; 0: compile in "
                           "the compile thread)")
-COMPILE_NICE = Knob("NEURON_LAB_COMPILE_NICE", 10, int, minimum=0,
+COMPILE_NICE = Knob("NEURON_LAB_COMPILE_NICE", 19, int, minimum=0,
                     doc="how far below the user's process the compile helper's CPU priority "
-                        "is (Unix nice steps; 0: the same): where they share a core, the "
-                        "user's loop keeps most of it and compiles take longer")
+                        "is (Unix nice steps, at most 19; 0: the same). At 19 the helper also "
+                        "runs under Linux's SCHED_IDLE: it gets only CPU time no other task "
+                        "wants, and a task that wakes takes its core at once (helper.py)")
 COMPILE_LOAD_IDLE_MS = Knob("NEURON_LAB_COMPILE_LOAD_IDLE_MS", 20.0, float, minimum=0.0,
                             doc="a background compile's part in the user's process (the cache "
                                 "load after the helper; the whole compile without it) starts "
@@ -50,7 +51,7 @@ COMPILE_LOAD_IDLE_MS = Knob("NEURON_LAB_COMPILE_LOAD_IDLE_MS", 20.0, float, mini
 COMPILE_LOAD_WAIT_S = Knob("NEURON_LAB_COMPILE_LOAD_WAIT_S", 1.0, float, minimum=0.0,
                            doc="how long that part waits for the engine to go idle at most")
 COMPILE_TIMEOUT_S = Knob("NEURON_LAB_COMPILE_TIMEOUT_S", 600.0, float, minimum=0.0,
-                         doc="seconds a region's compile in the helper may take; past them the "
+                         doc="CPU seconds a region's compile in the helper may take; past them the "
                              "helper is stopped (the next compile starts another) and the "
                              "region stays per-op (0: no limit)")
 COMPILE_QUEUE = Knob("NEURON_LAB_COMPILE_QUEUE", 32, int, minimum=1,

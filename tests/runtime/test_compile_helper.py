@@ -210,6 +210,30 @@ def test_the_helper_runs_below_the_users_priority(background):
     helper.stop()
 
 
+@pytest.mark.parametrize("nice,policy", [(5, "SCHED_OTHER"), (19, "SCHED_IDLE")])
+def test_the_helper_starts_below_the_users_priority(background, nice, policy):
+    """The helper is lowered from its start, not after its imports (seconds of CPU a user's loop
+    would share the core with at full priority): when the helper has just been started, its
+    priority is already down (its Python is still starting, far from importing torch). At the
+    lowest priority (19, the default) it runs under SCHED_IDLE."""
+    from neuron_lab.runtime import knobs
+    helper.stop()
+    with knobs.COMPILE_NICE.scoped(nice):
+        try:
+            proc = helper._started()
+            assert proc is not None
+            own = os.getpriority(os.PRIO_PROCESS, 0)
+            assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(own + nice, 19)
+            if hasattr(os, "sched_getscheduler"):
+                assert os.sched_getscheduler(proc.pid) == getattr(os, policy)
+            group = f"/proc/{proc.pid}/autogroup"
+            if os.path.exists(group):
+                with open(group) as f:
+                    assert f.read().split()[-1] == str(nice)
+        finally:
+            helper.stop()
+
+
 def test_ctrl_c_leaves_the_helper_running(background):
     """A terminal's Ctrl-C goes to its whole process group, and Jupyter's interrupt may: the
     helper is in a session of its own and ignores SIGINT, so the user's interrupt does not
@@ -283,6 +307,36 @@ def test_floats_the_helper_compiled_as_data_load_without_a_copy(background, grap
     assert given and all(any(g.graph is gm.graph for gm, _ in graphs) for g in given)
 
 
+def _session_child(code: str):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("code,answered", [
+    # ~0.75 s of CPU over ~3 s of wall time, then a reply
+    ("import time\nfor _ in range(6):\n    time.sleep(0.4)\n    t = time.process_time()\n"
+     "    while time.process_time() - t < 0.12: pass\nprint('done', flush=True)", True),
+    ("while True: pass", False),                       # spins past the limit
+    ("import time\ntime.sleep(60)", False),           # no CPU for as long as the limit: stuck
+])
+def test_the_compile_limit_is_cpu_time(code, answered):
+    """A compile's limit counts the helper's CPU seconds, not wall time (at the lowest priority a
+    busy loop leaves the helper little CPU, so its wall time has no bound); a helper that uses
+    no CPU for as long as the limit counts as stuck."""
+    import time
+    proc = _session_child(code)
+    try:
+        t0 = time.monotonic()
+        assert helper._answered(proc, 1.0) is answered
+        if answered:
+            assert time.monotonic() - t0 > 1.0 and proc.stdout.readline() == b"done\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch):
     """A child forked after the helper started inherits its pipes: it neither stops the
     parent's helper nor sends it requests (it would interleave with the parent's)."""
@@ -293,8 +347,10 @@ def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch)
     helper.stop()
     assert parent.poll() is None                       # still the parent's, running
     helper._proc = parent
-    monkeypatch.setattr(helper.subprocess, "Popen", lambda *a, **k: "a helper of its own")
-    assert helper._started() == "a helper of its own"
+    own = type("Started", (), {"pid": None})()
+    monkeypatch.setattr(helper.subprocess, "Popen", lambda *a, **k: own)
+    monkeypatch.setattr(helper, "_lower_priority", lambda pid, nice: None)
+    assert helper._started() is own
     monkeypatch.undo()
     helper._proc, helper._owner = parent, os.getpid()   # back in the parent
     helper.stop()
