@@ -3,8 +3,10 @@
 A node's plan is derived once, at its first deferral (``Deferral._defer``), from the output
 metadata the capture recorded (``record.OutMeta``): per output an ``OutSpec`` (the caller's own
 tensor for an in-place or ``out=`` op, not a tensor, or a new pending tensor of known layout),
-and for the common op (one new tensor returned as a plain tensor) a ``FastOut`` that the C hot
-path (``csrc/deferral.cpp``) reads by position. ``identity_view`` names the earlier output a
+and for the common op (one new tensor returned as a plain tensor) a ``FastOut``. Both are the
+extension's C types (``csrc/out_plan.cpp``), whose fields the C hot path (``csrc/deferral.cpp``)
+reads from their structs; the NamedTuples here are their references
+(``NEURON_LAB_NATIVE_DEFER=0``), with the same fields in the same order. ``identity_view`` names the earlier output a
 view of the same metadata repeats, so the deferral's storage entries name what the capture's
 did (``record._keeps_storage_entry``).
 """
@@ -15,6 +17,7 @@ from typing import NamedTuple
 import torch
 
 from ..device.dtypes import HOST_ONLY
+from . import core
 from .record import OutMeta, Ref, ref
 
 
@@ -24,7 +27,7 @@ NOT_TENSOR = 1  # the return is not a tensor
 PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh bytes (0 for a view)
 
 
-class OutSpec(NamedTuple):
+class _OutSpec(NamedTuple):
     """How one output of a trie node's op is made when the op is deferred (``out_plan``).
     ``dense``: a contiguous pending tensor at offset 0 (made without restriding); ``queueable``:
     its dtype may be an argument of a later queued op (not a host-only dtype)."""
@@ -36,6 +39,9 @@ class OutSpec(NamedTuple):
     queueable: bool = True
 
 
+OutSpec = core.implementation("OutSpec", _OutSpec)
+
+
 def contiguous_strides(size) -> tuple:
     stride, acc = [], 1
     for n in reversed(size):
@@ -44,7 +50,7 @@ def contiguous_strides(size) -> tuple:
     return tuple(reversed(stride))
 
 
-class FastOut(NamedTuple):
+class _FastOut(NamedTuple):
     """The common deferred op, precomputed per trie node: one new pending tensor returned as
     a plain tensor (``Engine._defer_one``); ``dense``: contiguous at offset 0 (no restride);
     ``nbytes`` 0 for a view. ``same_as``: None, or (distance back, output) of the earlier
@@ -59,6 +65,9 @@ class FastOut(NamedTuple):
     queueable: bool
     ref: Ref
     same_as: tuple | None = None
+
+
+FastOut = core.implementation("FastOut", _FastOut)
 
 
 def fast_out(plan: tuple, structure, pos: int, same_as: tuple | None = None) -> FastOut | None:

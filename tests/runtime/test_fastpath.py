@@ -549,13 +549,17 @@ def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
 
 
 def test_the_records_c_reads_by_position_keep_their_field_order():
-    """deferral.cpp reads FastOut, OutSpec and OutMeta by position: a reordered field would be
-    read as another one. (QueuedOp and Ref are the extension's own C types: their C++ reads
-    struct fields; the Python references keep the same field names.)"""
-    assert output_plans.FastOut._fields == ("size", "stride", "offset", "dtype", "nbytes", "dense",
-                                      "queueable", "ref", "same_as")
-    assert output_plans.OutSpec._fields == ("kind", "arg", "meta", "nbytes", "dense", "queueable")
+    """deferral.cpp reads OutMeta by position: a reordered field would be read as another one.
+    (QueuedOp, Ref, Produced, FastOut and OutSpec are the extension's own C types: their C++
+    reads struct fields, and they carry their Python references' fields, in the same order.)"""
     assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
     q = record.QueuedOp("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where",
                         "plan")
     assert [getattr(q, f) for f in record._QueuedOp._fields] == list(record._QueuedOp._fields)
+    spec = output_plans.OutSpec(2, "arg", "meta", 64, True, False)
+    assert [getattr(spec, f) for f in output_plans._OutSpec._fields] == \
+        [2, "arg", "meta", 64, True, False]
+    fast = output_plans.FastOut((2, 8), (8, 1), 0, torch.float32, 64, True, True,
+                                record.ref(3, 0), (1, 0))
+    assert [getattr(fast, f) for f in output_plans._FastOut._fields] == \
+        [(2, 8), (8, 1), 0, torch.float32, 64, True, True, record.ref(3, 0), (1, 0)]

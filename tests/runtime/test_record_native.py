@@ -308,3 +308,43 @@ def test_records_and_producer_entries_are_the_extensions_c_types():
         mul.args = ()
     with pytest.raises(AttributeError):
         entries[0].pos = 3
+
+
+def test_output_plans_are_the_extensions_c_types():
+    """A trie node's output plan is the extension's C types (csrc/out_plan.cpp: ``OutSpec`` per
+    output, ``FastOut`` for the common op), which deferral.cpp reads field by field: the plan
+    of a single-output op and of a two-output one (``max.dim``, deferred in C by defer_many) are
+    built as those types, read-only, pickled as themselves, and the deferred results are CPU's."""
+    import pickle
+    from neuron_lab.runtime import fastpath, output_plans
+    assert output_plans.OutSpec is ext.OutSpec and output_plans.FastOut is ext.FastOut
+    xc = torch.randn(4, 8)
+    x = xc.to("neuron")
+    with rt.mode("adaptive"), knobs.COMPILE.scoped(False):
+        for _ in range(4):                  # the last iteration defers along a known path
+            y = (x * 2).tanh()
+            node = rt.current().engine.seg.node
+            fast0 = fastpath.counts()[0]
+            values, indices = torch.max(y, dim=1)
+            in_c = fastpath.counts()[0] - fast0
+            plan = rt.current().engine.seg.records[-1].plan
+            (values.sum() + indices.sum()).item()
+    fast = node.fast
+    assert type(fast) is ext.FastOut and fast.size == (4, 8) and fast.dtype == torch.float32
+    assert fast.nbytes == 4 * 8 * 4 and fast.dense and fast.queueable and fast.same_as is None
+    assert fast.ref is record.ref(1, 0)
+    assert in_c == 1                                         # max.dim: defer_many, in C
+    assert [type(s) for s in plan] == [ext.OutSpec] * 2
+    assert [(s.kind, s.nbytes, s.meta.dtype) for s in plan] == \
+        [(output_plans.PENDING, 16, torch.float32), (output_plans.PENDING, 32, torch.int64)]
+    with pytest.raises(AttributeError):
+        fast.nbytes = 0
+    with pytest.raises(AttributeError):
+        plan[0].kind = 0
+    back = pickle.loads(pickle.dumps((fast, plan[0])))
+    assert [type(b) for b in back] == [ext.FastOut, ext.OutSpec]
+    assert repr(back[0]) == repr(fast) and repr(back[1]) == repr(plan[0])
+    want_v, want_i = torch.max((xc * 2).tanh(), dim=1)
+    assert torch.equal(values.cpu(), want_v) and torch.equal(indices.cpu(), want_i)
+    with pytest.raises(TypeError):
+        ext.FastOut([4], (1,), 0, torch.float32, 16, True, True, record.ref(0, 0))  # a list

@@ -44,6 +44,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "out_plan.h"
 #include "queued_op.h"
 #include "segment.h"
 #include "trie_node.h"
@@ -93,30 +94,26 @@ bool flush_under_pressure() {
 
 // The segment's bound on pending bytes: ``nbytes`` more handed out (Engine._admit_pending past
 // the headroom). False with an exception set (OutOfMemoryError past the capacity).
-bool admit(PyObject* f, PyObject* nbytes) {
-  long long n = PyLong_AsLongLong(nbytes);
-  if (n == -1 && PyErr_Occurred()) return false;
+bool admit(PyObject* f, long long n) {
   if (n == 0) return true;
   segment::SegmentObject* seg = S.segment;
   seg->queued_bytes += n;
   if (static_cast<double>(seg->queued_bytes) <= seg->headroom) return true;
-  PyObject* r = PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr);
+  PyObject* nbytes = PyLong_FromLongLong(n);
+  PyObject* r = nbytes ? PyObject_CallFunctionObjArgs(S.admit, f, nbytes, nullptr) : nullptr;
+  Py_XDECREF(nbytes);
   Py_XDECREF(r);
   return r != nullptr;
 }
 
 // The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
-// for an identity view (``same_as``: (distance back, output), output_plans.identity_view) the
-// output it repeats. False with an exception set.
+// for an identity view of output ``same_k`` of the op ``same_back`` back (same_back >= 0,
+// output_plans.identity_view) the output it repeats. False with an exception set.
 bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_t pos, long k,
-                      PyObject* r, PyObject* same_as) {
-  if (same_as == Py_None) return set_producer(producers, st, pos, k, sr, r);
-  Py_ssize_t back = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 0));
-  Py_ssize_t same_k = back == -1 && PyErr_Occurred()
-                          ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, 1));
-  if (same_k == -1 && PyErr_Occurred()) return false;
-  PyObject* rr = ref_of(pos - back, same_k);
-  bool ok = rr != nullptr && set_producer(producers, st, pos - back, same_k, sr, rr);
+                      PyObject* r, Py_ssize_t same_back, Py_ssize_t same_k) {
+  if (same_back < 0) return set_producer(producers, st, pos, k, sr, r);
+  PyObject* rr = ref_of(pos - same_back, same_k);
+  bool ok = rr != nullptr && set_producer(producers, st, pos - same_back, same_k, sr, rr);
   Py_XDECREF(rr);
   return ok;
 }
@@ -127,7 +124,8 @@ bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_
 // Ref ``r`` (the storage's: see storage_producer). False with an exception set.
 bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
                     bool dense, bool queueable, Py_ssize_t pos, long k, PyObject* r,
-                    PyObject* same_as, PyObject* producers, PyObject** t, PyObject** pair) {
+                    Py_ssize_t same_back, Py_ssize_t same_k, PyObject* producers, PyObject** t,
+                    PyObject** pair) {
   PyObject* st = nullptr;
   *t = *pair = nullptr;
   if (!new_pending(size, stride, offset, dtype, dense, t, &st)) return false;
@@ -138,7 +136,7 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
   ok = sr != nullptr;
   if (ok && queueable)
     ok = set_producer(producers, *t, pos, k, tr, r) &&
-         storage_producer(producers, st, sr, pos, k, r, same_as);
+         storage_producer(producers, st, sr, pos, k, r, same_back, same_k);
   if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
   Py_XDECREF(tr);
   Py_XDECREF(sr);
@@ -178,15 +176,16 @@ bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject*
   return ok;
 }
 
-// Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt``.
-PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
-                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  // FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref, same_as)
-  PyObject** o = &PyTuple_GET_ITEM(fast, 0);
-  if (!admit(f, o[4])) return nullptr;
+// Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt`` (its FastOut
+// ``fast``).
+PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
+                    const out_plan::FastOutObject& fast, PyObject* records, PyObject* producers,
+                    Py_ssize_t pos) {
+  if (!admit(f, fast.nbytes)) return nullptr;
   PyObject *t, *pair;
-  if (!pending_output(o[0], o[1], o[2], o[3], o[5] == Py_True, o[6] == Py_True, pos, 0, o[7],
-                      o[8], producers, &t, &pair))
+  if (!pending_output(fast.size, fast.stride, fast.offset, fast.dtype, fast.dense,
+                      fast.queueable, pos, 0, fast.ref, fast.same_back, fast.same_k, producers,
+                      &t, &pair))
     return nullptr;
   PyObject* outs = untracked(PyList_New(1));
   if (outs != nullptr) PyList_SET_ITEM(outs, 0, pair);
@@ -212,34 +211,26 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   if (plan == nullptr) return nullptr;
   Py_ssize_t n = PyTuple_Check(plan) ? PyTuple_GET_SIZE(plan) : -1;
   long long nbytes = 0;
-  for (Py_ssize_t k = 0; k < n; ++k) {   // OutSpec(kind, arg, meta, nbytes, dense, queueable)
+  for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject* spec = PyTuple_GET_ITEM(plan, k);
-    long kind = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 6
-                    ? PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) : -1;
-    if (kind == S.pending_kind) nbytes += PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 3));
+    long kind = out_plan::is_out_spec(spec) ? out_plan::as_out_spec(spec).kind : -1;
+    if (kind == S.pending_kind) nbytes += out_plan::as_out_spec(spec).nbytes;
     else if (kind != S.not_tensor_kind) n = -1;
-    if (PyErr_Occurred()) {
-      Py_DECREF(plan);
-      return nullptr;
-    }
   }
   PyObject* structure = n < 0 ? nullptr : node_field(nxt, &trie::NodeObject::structure);
-  PyObject* new_bytes = structure ? PyLong_FromLongLong(nbytes) : nullptr;
-  PyObject* outs = new_bytes ? untracked(PyList_New(n)) : nullptr;
+  PyObject* outs = structure ? untracked(PyList_New(n)) : nullptr;
   PyObject* pairs = outs ? untracked(PyList_New(n)) : nullptr;
-  bool ok = pairs != nullptr && admit(f, new_bytes);
+  bool ok = pairs != nullptr && admit(f, nbytes);
   for (Py_ssize_t k = 0; ok && k < n; ++k) {
-    PyObject* spec = PyTuple_GET_ITEM(plan, k);
+    const out_plan::OutSpecObject& spec = out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k));
     PyObject *t = Py_NewRef(Py_None), *pair = Py_NewRef(Py_None);
-    if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == S.pending_kind) {
-      PyObject** m = &PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, 2), 0);   // OutMeta
-      bool queueable = PyTuple_GET_ITEM(spec, 5) == Py_True;
-      PyObject* r = queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
+    if (spec.kind == S.pending_kind) {
+      PyObject** m = &PyTuple_GET_ITEM(spec.meta, 0);   // OutMeta(size, stride, offset, dtype)
+      PyObject* r = spec.queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
       Py_DECREF(t);
       Py_DECREF(pair);
-      ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3],
-                                          PyTuple_GET_ITEM(spec, 4) == Py_True, queueable, pos,
-                                          static_cast<long>(k), r, Py_None, producers, &t,
+      ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3], spec.dense, spec.queueable,
+                                          pos, static_cast<long>(k), r, -1, 0, producers, &t,
                                           &pair);
       Py_XDECREF(r);
       if (!ok) break;
@@ -252,7 +243,6 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
                         : nullptr;
   Py_DECREF(plan);
   Py_XDECREF(structure);
-  Py_XDECREF(new_bytes);
   Py_XDECREF(outs);
   Py_XDECREF(pairs);
   if (result != nullptr && !flush_under_pressure()) Py_CLEAR(result);
@@ -265,8 +255,8 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
 // node's first deferral, which derives its plan).
 PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
-  if (PyTuple_Check(fast) && PyTuple_GET_SIZE(fast) == 9)
-    return defer_one(f, targs, tkw, nxt, fast, records, producers, pos);
+  if (out_plan::is_fast_out(fast))
+    return defer_one(f, targs, tkw, nxt, out_plan::as_fast_out(fast), records, producers, pos);
   if (fast == Py_False) return defer_many(f, targs, tkw, nxt, records, producers, pos);
   return nullptr;
 }
