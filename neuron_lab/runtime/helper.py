@@ -28,12 +28,13 @@ by the request) is not sent again: its programs are in inductor's caches. A help
 is not restarted (``state["broken"]`` says why).
 
 A compile has a limit of ``NEURON_LAB_COMPILE_TIMEOUT_S`` (600 s) of CPU time, the helper's and
-its compiler processes' (``_answered``): inductor takes minutes to hours on some graphs (a
-chain of 50 transposes and reshapes: each view nests the index expressions of the one before),
-and one such region would hold the helper, so no later region of the process would compile.
-CPU time, not wall time: at its default priority the helper only gets what the user's loop
-leaves (``_lower_priority``), so a compile's wall time beside a busy loop has no bound. A
-helper that uses no CPU for as long as the limit is taken for stuck. Past the limit the helper
+its compiler processes' (``_answered``, ``process_cpu.session_cpu_s``): inductor takes minutes
+to hours on some graphs (a chain of 50 transposes and reshapes: each view nests the index
+expressions of the one before), and one such region would hold the helper, so no later region
+of the process would compile. CPU time, not wall time: at its default priority the helper only
+gets what the user's loop leaves (``process_cpu.lower_priority``), so a compile's wall time
+beside a busy loop has no bound. A helper that uses no CPU for as long as the limit is taken
+for stuck. Past the limit the helper
 is killed (the next compile starts a new one) and the region fails with ``CompileTimeout``: it
 stays per-op, and it is not compiled in the user's process, where the same compile would hold
 the GIL as long.
@@ -59,7 +60,7 @@ import torch
 from torch import fx
 
 from ..device.op_facts import overload
-from . import knobs
+from . import knobs, process_cpu
 from .programs import Build
 
 _BY_VALUE = 4096
@@ -186,29 +187,8 @@ class CompileTimeout(Exception):
     """The helper did not answer within ``NEURON_LAB_COMPILE_TIMEOUT_S`` (module header)."""
 
 
+# --- the user's side -----------------------------------------------------------------------
 _POLL_S = 2.0               # how often a compile's CPU time is read while waiting for it
-
-
-def _session_cpu_s(sid: int) -> float | None:
-    """CPU seconds of the processes in session ``sid`` (the helper, which leads its own, and the
-    compiler processes it starts), with their children already reaped; None without ``/proc``.
-    A live process's own time is in its ``utime``/``stime``, a reaped one's in its reaper's
-    ``cutime``/``cstime``: each CPU second is counted once."""
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return None
-    ticks = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:                        # ended meanwhile
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()      # from field 3 (state) on
-        if int(fields[3]) == sid:                          # field 6: session
-            ticks += sum(int(x) for x in fields[11:15])    # fields 14-17: u/s/cu/cs time
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _answered(proc: subprocess.Popen, limit: float) -> bool:
@@ -217,12 +197,12 @@ def _answered(proc: subprocess.Popen, limit: float) -> bool:
     Without ``/proc`` the limit is wall time."""
     if limit <= 0:
         return True
-    start = _session_cpu_s(proc.pid)
+    start = process_cpu.session_cpu_s(proc.pid)
     if start is None:
         return bool(select.select([proc.stdout], [], [], limit)[0])
     last, progressed = start, time.monotonic()
     while not select.select([proc.stdout], [], [], min(limit, _POLL_S))[0]:
-        used = _session_cpu_s(proc.pid) or last
+        used = process_cpu.session_cpu_s(proc.pid) or last
         now = time.monotonic()
         if used - start >= limit:
             return False
@@ -233,7 +213,6 @@ def _answered(proc: subprocess.Popen, limit: float) -> bool:
     return True
 
 
-# --- the user's side -----------------------------------------------------------------------
 def ask(gm, examples: list, build: Build, fixed, fallback) -> Reply | None:
     """Compile in the helper; its Reply (a marker's, if a helper compiled the graph before), or
     None when there is no helper to ask (the caller compiles in-process). Blocks the calling
@@ -328,7 +307,7 @@ def _started() -> subprocess.Popen | None:
     except OSError as e:
         _broken(f"could not start: {e}")
         return None
-    _lower_priority(_proc.pid, knobs.COMPILE_NICE.get())
+    process_cpu.lower_priority(_proc.pid, knobs.COMPILE_NICE.get())
     _owner = os.getpid()
     state["started"] += 1
     return _proc
@@ -346,45 +325,6 @@ def _ended() -> None:
     if p is not None and p.poll() is None:
         p.kill()
         p.wait()
-
-
-def _lower_priority(pid: int, nice: int) -> None:
-    """Run the helper (and the C++ compiler it starts) ``nice`` steps below the user's process;
-    at 19, the lowest priority, under ``SCHED_IDLE`` too. A compile is seconds to minutes of CPU
-    that no step of the user's loop waits for, so it takes what the loop leaves.
-
-    Measured on W3's train step (MLP + AdamW) beside a process that spins, mean ms/step:
-    one core 5.39 alone, 6.50 beside it at nice 10, 5.74 under SCHED_IDLE and nice 19; two
-    OpenMP threads on two cores 3.87, 5.10, 4.04. Niced, the other process still gets its
-    share of each core (about a tenth at 10) in slices of milliseconds, and a parallel region
-    waits for its thread that lost the core; an idle-policy task is preempted as soon as any
-    other task wakes. So at the default a loop that keeps every core busy leaves the compile
-    little, and the compile finishes in the loop's pauses (a notebook's between cells).
-
-    The user's process lowers the helper as soon as it has started, before the helper imports
-    torch (~4 s of CPU): niced only after its imports, the helper took half the only core from
-    a user's loop for its start-up (W7 one-core: steps 3-40 at 16-22 ms against 6.4 eager).
-    The helper's threads and the compiler's processes inherit its priority and policy.
-
-    The helper runs in a session of its own, and Linux's autogroup scheduling
-    (``/proc/sys/kernel/sched_autogroup_enabled``) gives each session a group whose share of
-    the CPU does not depend on its processes' nice values: the helper's group then took a core
-    from a user's loop on two OpenMP threads as if it were not niced (W3's step 4 ms -> ~30 ms,
-    plain CPU torch's too, while a compile ran). The group is niced as well."""
-    if nice <= 0:
-        return
-    nice = min(nice, 19)
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + nice, 19))
-        if nice == 19:
-            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):      # not permitted, or not Linux
-        pass
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(nice))
-    except OSError:                        # no autogroup (another OS, or a kernel without it)
-        pass
 
 
 def stop(wait_s: float = 1.0) -> None:

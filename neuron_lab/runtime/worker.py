@@ -129,8 +129,8 @@ def _wait_for_idle() -> None:
     train step's region), without it the whole compile. Run beside the user's loop it adds its
     CPU to the loop's on one core and takes turns at the GIL with it on more: a notebook cell
     re-run whose regions reach ``NEURON_LAB_COMPILE_AFTER`` during the run took 64-80 ms on one
-    core against 25 ms per-op without the load. Waiting moves it into the pause after the cell; a loop that
-    never pauses gets its programs at most the wait later."""
+    core against 25 ms per-op without the load. Waiting moves it into the pause after the cell;
+    a loop that never pauses gets its programs at most the wait later."""
     idle = knobs.COMPILE_LOAD_IDLE_MS.get() / 1e3
     if idle <= 0:
         return

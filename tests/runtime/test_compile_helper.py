@@ -349,7 +349,7 @@ def test_a_forked_child_leaves_its_parents_helper_alone(background, monkeypatch)
     helper._proc = parent
     own = type("Started", (), {"pid": None})()
     monkeypatch.setattr(helper.subprocess, "Popen", lambda *a, **k: own)
-    monkeypatch.setattr(helper, "_lower_priority", lambda pid, nice: None)
+    monkeypatch.setattr(helper.process_cpu, "lower_priority", lambda pid, nice: None)
     assert helper._started() is own
     monkeypatch.undo()
     helper._proc, helper._owner = parent, os.getpid()   # back in the parent

@@ -16,8 +16,6 @@ namespace neuron_lab {
 namespace out_plan {
 namespace {
 
-PyObject* bool_of(bool b) { return Py_NewRef(b ? Py_True : Py_False); }
-
 // --- OutSpec -------------------------------------------------------------------------------
 void spec_dealloc(PyObject* self) {
   auto* s = reinterpret_cast<OutSpecObject*>(self);
@@ -57,7 +55,7 @@ PyObject* spec_repr(PyObject* self) {
 PyObject* spec_reduce(PyObject* self, PyObject*) {
   const OutSpecObject& s = as_out_spec(self);
   return Py_BuildValue("(O(lOOnNN))", reinterpret_cast<PyObject*>(Py_TYPE(self)), s.kind, s.arg,
-                       s.meta, s.nbytes, bool_of(s.dense), bool_of(s.queueable));
+                       s.meta, s.nbytes, PyBool_FromLong(s.dense), PyBool_FromLong(s.queueable));
 }
 
 PyMethodDef spec_methods[] = {
@@ -140,8 +138,8 @@ PyObject* fast_repr(PyObject* self) {
 PyObject* fast_reduce(PyObject* self, PyObject*) {
   const FastOutObject& f = as_fast_out(self);
   return Py_BuildValue("(O(OOOOnNNON))", reinterpret_cast<PyObject*>(Py_TYPE(self)), f.size,
-                       f.stride, f.offset, f.dtype, f.nbytes, bool_of(f.dense),
-                       bool_of(f.queueable), f.ref, same_as_of(f));
+                       f.stride, f.offset, f.dtype, f.nbytes, PyBool_FromLong(f.dense),
+                       PyBool_FromLong(f.queueable), f.ref, same_as_of(f));
 }
 
 PyMethodDef fast_methods[] = {
