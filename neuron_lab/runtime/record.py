@@ -227,18 +227,26 @@ def flatten_outputs(out) -> list:
     return []
 
 
-class OutMeta(NamedTuple):
-    """What a pending output must look like: the metadata of one tensor output of an op."""
+class _OutMeta(NamedTuple):
+    """What a pending output must look like: the metadata of one tensor output of an op. A
+    tuple, compared and hashed inside region and storage keys. The reference
+    ``NEURON_LAB_NATIVE_DEFER=0`` runs with; the extension's ``OutMeta`` (``csrc/out_meta.cpp``)
+    is the same tuple subclass in C, whose fields its C++ reads by name."""
     size: tuple
     stride: tuple
     offset: int
     dtype: torch.dtype
 
 
+OutMeta = core.implementation("OutMeta", _OutMeta)
+
+
 def out_meta(t: Tensor | None) -> OutMeta | None:
-    """(On every captured op: made with ``tuple.__new__``, as the reference ``_QueuedOp`` is.)"""
-    return None if t is None else _tuple_new(OutMeta, (tuple(t.shape), t.stride(),
-                                                       t.storage_offset(), t.dtype))
+    """(On every captured op: the reference made with ``tuple.__new__``, as ``_QueuedOp`` is.)"""
+    if t is None:
+        return None
+    fields = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+    return _tuple_new(OutMeta, fields) if OutMeta is _OutMeta else OutMeta(*fields)
 
 
 class _QueuedOp(NamedTuple):
@@ -359,7 +367,7 @@ def _record_run():
     ext = core.extension()
     if ext is None:
         return record_run_py
-    ext.configure_records({"out_meta": OutMeta, "refs": _refs, "host_only": HOST_ONLY,
+    ext.configure_records({"refs": _refs, "host_only": HOST_ONLY,
                            "python": record_run_py})
     return ext.record_run
 

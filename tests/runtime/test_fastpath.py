@@ -548,11 +548,14 @@ def test_ops_deferred_in_c_are_counted_when_the_counts_are_read(compile_off):
     assert neuron_lab.executed_ops() == got          # read once: nothing counted twice
 
 
-def test_the_records_c_reads_by_position_keep_their_field_order():
-    """deferral.cpp reads OutMeta by position: a reordered field would be read as another one.
-    (QueuedOp, Ref, Produced, FastOut and OutSpec are the extension's own C types: their C++
-    reads struct fields, and they carry their Python references' fields, in the same order.)"""
-    assert record.OutMeta._fields == ("size", "stride", "offset", "dtype")
+def test_the_c_types_carry_their_references_fields_in_order():
+    """The records the C++ reads (OutMeta, QueuedOp, FastOut, OutSpec) are the extension's own C
+    types, read by field; each has its Python reference's fields, in the same order, so a record
+    built positionally means the same in both implementations."""
+    meta = record.OutMeta((2, 8), (8, 1), 0, torch.float32)
+    assert record.OutMeta._fields == record._OutMeta._fields == ("size", "stride", "offset",
+                                                                 "dtype")
+    assert [getattr(meta, f) for f in record._OutMeta._fields] == list(meta)
     q = record.QueuedOp("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where",
                         "plan")
     assert [getattr(q, f) for f in record._QueuedOp._fields] == list(record._QueuedOp._fields)

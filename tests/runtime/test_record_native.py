@@ -227,7 +227,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
         return record.record_run_py(*a)
 
     def configure(body):
-        ext.configure_records({"out_meta": record.OutMeta, "refs": record._refs,
+        ext.configure_records({"refs": record._refs,
                                "host_only": record.HOST_ONLY, "python": body})
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")
@@ -348,3 +348,35 @@ def test_output_plans_are_the_extensions_c_types():
     assert torch.equal(values.cpu(), want_v) and torch.equal(indices.cpu(), want_i)
     with pytest.raises(TypeError):
         ext.FastOut([4], (1,), 0, torch.float32, 16, True, True, record.ref(0, 0))  # a list
+
+
+def test_out_meta_is_the_extensions_tuple_type():
+    """A captured output's ``OutMeta`` is the extension's C type (csrc/out_meta.cpp), a tuple
+    subclass whose fields deferral.cpp reads by name. As a key it is the reference NamedTuple's
+    equal: the same tuple, equal and hashed alike, so a region or storage key built in either
+    implementation finds the other's. It pickles as itself and stays off the cycle collector."""
+    import gc
+    import pickle
+    assert record.OutMeta is ext.OutMeta and issubclass(ext.OutMeta, tuple)
+    xc = torch.randn(4, 8)
+    with rt.mode("adaptive"), knobs.COMPILE.scoped(False):
+        x = xc.to("neuron")
+        y = (x * 2).t()
+        rec = rt.current().engine.seg.records[-1]
+        meta = rec.metas[0]
+        y.sum().item()
+    assert type(meta) is ext.OutMeta
+    assert (meta.size, meta.stride, meta.offset, meta.dtype) == ((8, 4), (1, 8), 0, torch.float32)
+    ref = record._OutMeta((8, 4), (1, 8), 0, torch.float32)
+    assert meta == ref and hash(meta) == hash(ref) == hash(tuple(ref)) and tuple(meta) == ref
+    assert {(7, ref): 1}.get((7, meta)) == 1                     # a storage key's lookup
+    assert meta != record._OutMeta((8, 4), (1, 8), 0, torch.float64)
+    assert record.out_meta(y) == meta and type(record.out_meta(y)) is ext.OutMeta
+    back = pickle.loads(pickle.dumps(meta))
+    assert type(back) is ext.OutMeta and back == meta and repr(back) == repr(meta) == \
+        "OutMeta(size=(8, 4), stride=(1, 8), offset=0, dtype=torch.float32)"
+    assert not gc.is_tracked(meta)
+    with pytest.raises(AttributeError):
+        meta.size = (1,)
+    with pytest.raises(TypeError):
+        ext.OutMeta((8, 4), (1, 8), 0)                          # a field missing

@@ -30,18 +30,6 @@ inline PyObject* untracked(PyObject* o) {
   return o;
 }
 
-// A tuple-subclass instance (a NamedTuple) from n new references, as tuple.__new__ makes it
-// (the NamedTuple's own __new__ is Python code).
-inline PyObject* named(PyTypeObject* type, Py_ssize_t n, PyObject** items) {
-  PyObject* o = type->tp_alloc(type, n);
-  if (o == nullptr) {
-    for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(items[i]);
-    return nullptr;
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(o, i, items[i]);
-  return o;
-}
-
 // The device's generic kernel for one op (registry._kernel): ``runtime_interface.launch(facts,
 // args,
 // kwargs)`` with a runtime installed, else ``execute(facts, args, kwargs)``. `generic` is the

@@ -44,6 +44,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
+#include "out_meta.h"
 #include "out_plan.h"
 #include "queued_op.h"
 #include "segment.h"
@@ -214,8 +215,18 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject* spec = PyTuple_GET_ITEM(plan, k);
     long kind = out_plan::is_out_spec(spec) ? out_plan::as_out_spec(spec).kind : -1;
-    if (kind == S.pending_kind) nbytes += out_plan::as_out_spec(spec).nbytes;
-    else if (kind != S.not_tensor_kind) n = -1;
+    if (kind == S.pending_kind) {
+      const out_plan::OutSpecObject& s = out_plan::as_out_spec(spec);
+      if (!out_meta::is_out_meta(s.meta)) {
+        PyErr_Format(PyExc_TypeError, "neuron_lab: %R: a pending output's OutSpec.meta must be "
+                     "an OutMeta, got %s", f, Py_TYPE(s.meta)->tp_name);
+        Py_DECREF(plan);
+        return nullptr;
+      }
+      nbytes += s.nbytes;
+    } else if (kind != S.not_tensor_kind) {
+      n = -1;
+    }
   }
   PyObject* structure = n < 0 ? nullptr : node_field(nxt, &trie::NodeObject::structure);
   PyObject* outs = structure ? untracked(PyList_New(n)) : nullptr;
@@ -225,13 +236,15 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
     const out_plan::OutSpecObject& spec = out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k));
     PyObject *t = Py_NewRef(Py_None), *pair = Py_NewRef(Py_None);
     if (spec.kind == S.pending_kind) {
-      PyObject** m = &PyTuple_GET_ITEM(spec.meta, 0);   // OutMeta(size, stride, offset, dtype)
+      PyObject* m = spec.meta;   // an OutMeta: checked above
       PyObject* r = spec.queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
       Py_DECREF(t);
       Py_DECREF(pair);
-      ok = r != nullptr && pending_output(m[0], m[1], m[2], m[3], spec.dense, spec.queueable,
-                                          pos, static_cast<long>(k), r, -1, 0, producers, &t,
-                                          &pair);
+      using out_meta::field;
+      ok = r != nullptr && pending_output(field(m, out_meta::SIZE), field(m, out_meta::STRIDE),
+                                          field(m, out_meta::OFFSET), field(m, out_meta::DTYPE),
+                                          spec.dense, spec.queueable, pos, static_cast<long>(k),
+                                          r, -1, 0, producers, &t, &pair);
       Py_XDECREF(r);
       if (!ok) break;
     }

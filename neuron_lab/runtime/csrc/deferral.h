@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "python_objects.h"   // device/csrc: intern, hold, untracked, named
+#include "python_objects.h"   // device/csrc: intern, hold, untracked
 #include "segment.h"
 
 namespace neuron_lab::deferral {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold
+#include "out_meta.h"
 #include "produced.h"
 #include "queued_op.h"
 #include "record.h"
@@ -45,7 +46,6 @@ namespace neuron_lab {
 namespace {
 
 struct Records {
-  PyTypeObject* out_meta = nullptr;  // record.OutMeta
   PyObject* refs = nullptr;          // record._refs, the shared Refs: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
@@ -166,15 +166,10 @@ int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* ta
 }
 
 // OutMeta(size, stride, offset, dtype) of tensor `t` (record.out_meta), untracked
-PyObject* out_meta(const at::Tensor& t) {
+PyObject* meta_of(const at::Tensor& t) {
   PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));  // borrowed
-  PyObject* meta[4] = {int_tuple(t.sizes()), int_tuple(t.strides()),
-                       PyLong_FromLongLong(t.storage_offset()), Py_NewRef(dtype)};
-  if (meta[0] == nullptr || meta[1] == nullptr || meta[2] == nullptr) {
-    for (PyObject* m : meta) Py_XDECREF(m);
-    return nullptr;
-  }
-  return untracked(named(R.out_meta, 4, meta));
+  return out_meta::make(int_tuple(t.sizes()), int_tuple(t.strides()),
+                        PyLong_FromLongLong(t.storage_offset()), Py_NewRef(dtype));
 }
 
 // The tensor outputs of `out` in schema order (record.flatten_outputs: borrowed, nullptr where
@@ -254,7 +249,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   PyObject* outs = metas ? untracked(PyList_New(m)) : nullptr;
   for (Py_ssize_t k = 0; outs != nullptr && k < m; ++k) {
     PyObject* meta =
-        flat[k] != nullptr ? out_meta(THPVariable_Unpack(flat[k])) : Py_NewRef(Py_None);
+        flat[k] != nullptr ? meta_of(THPVariable_Unpack(flat[k])) : Py_NewRef(Py_None);
     if (meta == nullptr) Py_CLEAR(outs);
     else PyTuple_SET_ITEM(metas, k, meta);
     if (outs != nullptr) PyList_SET_ITEM(outs, k, Py_NewRef(Py_None));
@@ -483,23 +478,16 @@ PyMethodDef host_inputs_def = {
     METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
 
 void configure_records(py::dict o) {
-  hold(R.out_meta, o["out_meta"]);
   hold(R.refs, o["refs"]);
   if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
-  if (!PyType_IsSubtype(R.out_meta, &PyTuple_Type))
-    throw py::type_error("neuron_lab: OutMeta must be a NamedTuple");
 }
 
 }  // namespace
 
 PyObject* out_meta_of(PyObject* t) {
-  if (R.out_meta == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure_records() first");
-    return nullptr;
-  }
-  return out_meta(THPVariable_Unpack(t));
+  return meta_of(THPVariable_Unpack(t));
 }
 
 PyObject* host_of(PyObject* t, PyObject* host) {
@@ -519,7 +507,7 @@ void init_record(py::module_& m) {
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({out_meta, refs, host_only, python}) "
+        "configure_records({refs, host_only, python}) "
         "(record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})
