@@ -102,7 +102,7 @@ class Engine(Deferral):
 
     def _reset(self) -> None:
         seg = self.seg
-        seg.records = []
+        seg.clear()
         seg.producers = {}
         seg.node = None
         repeated_suffix.start(seg, knobs.MIN_PERIOD_OPS.get(), knobs.MAX_PERIOD.get())
@@ -116,14 +116,14 @@ class Engine(Deferral):
     def launch(self, f, args, kwargs):
         seg = self.seg
         if knobs.MODE.get() != "adaptive":
-            if seg.records or self.queue.busy():
+            if seg.depth or self.queue.busy():
                 self.flush("mode")
                 runtime_interface.run_directly(True)   # nothing queued: the device runs ops itself
             return _execute(f, args, kwargs)
         with self.lock:
             node = seg.node
             if (node is not None and _OP_BITS.get(f, 0) & _PLAIN_BIT
-                    and node.depth == len(seg.records)):
+                    and node.depth == seg.depth):
                 # the hot path: deferring along a known region, one op at a time
                 try:
                     described = describe(f, args, kwargs, node.depth, seg.producers)
@@ -140,15 +140,15 @@ class Engine(Deferral):
         region. ``described``: (key, templates) of this call if ``launch`` built them."""
         seg = self.seg
         node = seg.node
-        if node is not None and node.depth != len(seg.records):
+        if node is not None and node.depth != seg.depth:
             self._diverge()     # an interrupt hit _defer between queueing and moving on
             described = None
-        if not seg.records:    # a segment starts here
+        if not seg.depth:      # a segment starts here
             self._start_segment()
         v = verdict.call(f, args, kwargs)
         if v is not QUEUED:
             return self._not_queued(v, f, args, kwargs)
-        pos = len(seg.records)
+        pos = seg.depth
         if described is None:
             try:
                 described = self.describe(f, args, kwargs, pos, seg.producers)
@@ -163,8 +163,8 @@ class Engine(Deferral):
                 self._launch(seg.node.region, wait=False)
                 return self._adaptive(f, args, kwargs)
             self._diverge()
-            key, targs, tkw = self.describe(f, args, kwargs, len(seg.records), seg.producers)
-        elif not seg.records:                          # segment start: known region?
+            key, targs, tkw = self.describe(f, args, kwargs, seg.depth, seg.producers)
+        elif not seg.depth:                            # segment start: known region?
             nxt = self.cache.root.children.get(key)
             if nxt is not None:
                 seg.node = self.cache.root
@@ -211,16 +211,16 @@ class Engine(Deferral):
     # --- capture -------------------------------------------------------------------------
     def _capture(self, f, args, kwargs, targs, tkw, key):
         seg = self.seg
-        pos = len(seg.records)
+        pos = seg.depth
         if not pos:      # a capture segment runs its ops now: after the queued launches
             self.queue.drain()
         out = _execute(f, args, kwargs)
         worker._add("launches_per_op", 1, self.stats)
         worker._add("ops_per_op", 1, self.stats)
         record_run(f, targs, tkw, key, out, tracking.user_frame_token(2),  # ~1.5 us: errors
-                   seg.records, seg.producers)                           # name the line
+                   seg)                                                  # name the line
         if pos >= seg.period_after:
-            start = repeated_suffix.observe(self.seg, pos, key, seg.records)
+            start = repeated_suffix.observe(seg, pos, key)
             if start >= 0:
                 self._cut_repeats(start)
                 return out
@@ -307,9 +307,9 @@ class Engine(Deferral):
         that failed on the device's thread raises here); without it (a step boundary) the
         segment may be queued."""
         seg = self.seg
-        if seg.records:
+        if seg.depth:
             with self.lock:
-                if seg.records:         # another thread may have flushed it meanwhile
+                if seg.depth:         # another thread may have flushed it meanwhile
                     self._flush(reason, wait)
         if wait:
             self.queue.drain()
@@ -321,13 +321,13 @@ class Engine(Deferral):
         device's thread and the host issues the next phase's ops meanwhile."""
         if reason == "backward" and not knobs.BACKWARD_BOUNDARY.get():
             return
-        if self.seg.records:
+        if self.seg.depth:
             self.flush(reason, wait=False)
 
     def _flush(self, reason: str, wait: bool = True) -> None:
         worker.note_activity()               # background compiles' loads wait for a pause
         seg = self.seg
-        depth = len(seg.records)
+        depth = seg.depth
         fl = self.stats["flushes"]
         fl[reason] = fl.get(reason, 0) + 1
         if seg.node is not None:

@@ -100,7 +100,7 @@ def _independent(t: Tensor, writes: set) -> bool:
 def serve(engine, f, args, kwargs) -> bool:
     """Give the pending values ``f`` (a sync point, queue busy) reads their values now, if they
     depend on nothing queued; True if done (``f`` may then run at once)."""
-    if f.random or f.mutates or f.written_kw or (engine.seg.node is None and engine.seg.records):
+    if f.random or f.mutates or f.written_kw or (engine.seg.node is None and engine.seg.depth):
         return False     # (a captured segment ran its ops already: the queue is empty then)
     records, producers = engine.seg.records, engine.seg.producers
     writes, _ = written_storages(engine.queue.records())

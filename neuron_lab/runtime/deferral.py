@@ -47,11 +47,11 @@ class Deferral:
         addition and one comparison (``_admit_pending``). Ops with one new tensor output (most)
         take ``_defer_one``, their plan precomputed on the trie node."""
         seg = self.seg
-        pos = len(seg.records)
+        pos = seg.depth
         fast = nxt.fast
         if fast is None:
             nxt.plan = out_plan(f, nxt.metas)
-            same = identity_view(f, key, nxt.metas[0], pos, seg.records, seg.producers) \
+            same = identity_view(f, key, nxt.metas[0], pos, seg) \
                 if nxt.structure == "t" else None
             fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos, same) or False
         if fast:
@@ -93,8 +93,8 @@ class Deferral:
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
                 prod[id(t)] = producer_entry(pos, k, weak_ref(t), ref(pos, k))
-        rec = queued_op(f, targs, tkw, key, pairs, nxt.metas, nxt.structure, nxt.where, plan)
-        seg.records.append(rec)
+        seg.append(queued_op(f, targs, tkw, key, pairs, nxt.metas, nxt.structure, nxt.where,
+                             plan))
         seg.node = nxt
         _executed[f.name] += 1          # executed_ops() counts ops the user ran, however launched
         # A completed region launches at the next op or sync point, not now: the caller's frame
@@ -108,7 +108,7 @@ class Deferral:
     def _defer_one(self, f, described, nxt: Node, fast) -> Tensor:
         """``_defer`` for the common op (``output_plans.FastOut``: one new contiguous tensor)."""
         seg = self.seg
-        pos = len(seg.records)
+        pos = seg.depth
         if fast.nbytes:
             seg.queued_bytes += fast.nbytes
             if seg.queued_bytes > seg.headroom:
@@ -131,9 +131,8 @@ class Deferral:
             else:                          # an identity view: its storage names the first
                 p, k = pos - same[0], same[1]
                 prod[id(st)] = producer_entry(p, k, sr, ref(p, k))
-        rec = queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
-                        nxt.where, nxt.plan)
-        seg.records.append(rec)
+        seg.append(queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
+                             nxt.where, nxt.plan))
         seg.node = nxt
         _executed[f.name] += 1
         if seg.pressure:
@@ -158,7 +157,7 @@ class Deferral:
         device's ``runtime_interface.pending_bytes``: they count in ``memory_allocated()``). May be
         called from another thread (the telemetry sampler): reads a snapshot of the queue."""
         seg = self.seg
-        n = pending.unfilled_bytes(list(seg.records)) if seg.queued_bytes else 0
+        n = pending.unfilled_bytes(seg.records) if seg.queued_bytes else 0
         if self.queue.busy():    # launches queued on the device's thread, not yet filled
             n += pending.unfilled_bytes(self.queue.records())
         return n

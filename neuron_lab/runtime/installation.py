@@ -92,7 +92,7 @@ class Runtime:
         s = dict(e.stats)
         s["flushes"] = dict(s["flushes"])
         s["regions"] = len(e.cache.lru)
-        s["queue_depth"] = len(e.seg.records)
+        s["queue_depth"] = e.seg.depth
         s["compiles_pending"] = worker.pending()
         s["compile_seconds"] = worker.state["seconds"]
         s["device_thread_launches"] = e.queue.launched    # launches run on the device's thread
@@ -188,7 +188,7 @@ def _follow_mode() -> None:
     fastpath.follow_mode(mode == "adaptive")
     if eager:
         rt.engine.queue.wait()  # the device's C++ kernels run eager ops after queued launches
-    runtime_interface.run_directly(eager and not rt.engine.seg.records)
+    runtime_interface.run_directly(eager and not rt.engine.seg.depth)
 
 
 def _optimizer_step_boundary(*_) -> None:

@@ -82,7 +82,7 @@ def fast_out(plan: tuple, structure, pos: int, same_as: tuple | None = None) -> 
                    ref(pos, 0), same_as)
 
 
-def identity_view(facts, key, meta: OutMeta, pos: int, records: list, producers: dict):
+def identity_view(facts, key, meta: OutMeta, pos: int, seg):
     """(distance back, output) of the output whose storage entry a deferred op's one output
     shares, or None. A single-output view of argument 0 with argument 0's metadata
     (``view`` to the same shape, ``_reshape_alias``, ``alias``, ``detach``) is the same tensor
@@ -90,19 +90,20 @@ def identity_view(facts, key, meta: OutMeta, pos: int, records: list, producers:
     capture cannot tell them apart (they share storage and metadata), so its storage entry
     keeps the earlier one's (``record_run``). The deferral, where every output has a storage
     of its own, names the same output: the one argument 0's storage entry names (an identity
-    view of an identity view names the first). Derived once per trie node."""
+    view of an identity view names the first). ``pos``: the op's position in segment ``seg``.
+    Derived once per trie node."""
     alias = facts.ret_alias[0] if facts.ret_alias else None
     args = key[1]
     if (alias is None or alias[0] != 0 or alias[1] or not args or type(args[0]) is not tuple
             or len(args[0]) != 3 or args[0][0] != "r"):
         return None
     _, d, kk = args[0]
-    src = records[pos - d]
+    src = seg.record(pos - d)
     if src.metas[kk] != meta:
         return None
     pair = src.outs[kk]
     st = pair[1]() if pair is not None else None
-    p = producers.get(id(st)) if st is not None else None
+    p = seg.producers.get(id(st)) if st is not None else None
     if p is None or p.obj() is not st:
         return d, kk
     return pos - p.pos, p.k

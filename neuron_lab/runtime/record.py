@@ -298,29 +298,30 @@ def structure_of(out) -> Any:
     return ("v", out)
 
 
-def record_run_py(facts, targs, tkw, key, out, where, records: list, producers: dict) -> None:
-    """Append the record of an op that ran now (the engine's capture) to ``records``, and its
-    outputs' producer entries (under ``id`` of each output and ``storage_key``; a host-only
-    output gets none: it is never a queued argument). ``record_run`` is this function in C
-    where the runtime's extension is built (csrc/record.cpp), ~5 us less per captured op."""
+def record_run_py(facts, targs, tkw, key, out, where, seg) -> None:
+    """Queue the record of an op that ran now (the engine's capture) on segment ``seg``
+    (``segment.Segment``), with its outputs' producer entries (under ``id`` of each output and
+    ``storage_key``; a host-only output gets none: it is never a queued argument).
+    ``record_run`` is this function in C where the runtime's extension is built
+    (csrc/record.cpp), ~5 us less per captured op."""
     outs = flatten_outputs(out)
-    pos = len(records)
+    pos = seg.depth
     metas = tuple([out_meta(t) for t in outs])
     structure = structure_of(out)
-    records.append(queued_op(facts, targs, tkw, key, [None] * len(outs), metas, structure, where,
-                             None))
+    seg.append(queued_op(facts, targs, tkw, key, [None] * len(outs), metas, structure, where,
+                         None))
+    producers = seg.producers
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
             producers[id(t)] = producer_entry(pos, k, weak_ref(t), r)
-            if _keeps_storage_entry(t, metas[k], structure, targs, tkw, records, producers):
+            if _keeps_storage_entry(t, metas[k], structure, targs, tkw, seg):
                 continue
             st = t.untyped_storage()
             producers[storage_key(st, metas[k])] = producer_entry(pos, k, weak_ref(st), r)
 
 
-def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, records: list,
-                         producers: dict) -> bool:
+def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, seg) -> bool:
     """Does a captured output leave its storage's entry as it is? The caller's own tensor (in
     place, ``out=``) does: the deferral gives it none either. So does an identity view
     (``output_plans.identity_view``): the op's one output, a view of argument 0 (an output of
@@ -335,9 +336,9 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, record
     if structure != "t" or not targs or type(targs[0]) is not Ref:
         return False
     src = targs[0]
-    if records[src.pos].metas[src.k] != meta:
+    if seg.record(src.pos).metas[src.k] != meta:
         return False
-    return storage_entry(producers, t.untyped_storage(), meta) is not None
+    return storage_entry(seg.producers, t.untyped_storage(), meta) is not None
 
 
 def rebuild(structure, outs: list):

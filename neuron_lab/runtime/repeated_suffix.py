@@ -28,11 +28,11 @@ def start(seg, min_ops: int, max_period: int) -> None:
     seg.suffix_min, seg.suffix_max = min_ops, max_period
 
 
-def observe_py(seg, n: int, key, records: list) -> int:
-    """Op ``n`` of segment ``seg`` (its record is ``records[n]``) was captured with ``key``: the
-    position from which to cut the segment's ops into a region of their own, or -1."""
+def observe_py(seg, n: int, key) -> int:
+    """Op ``n`` of segment ``seg`` (its record is ``seg.record(n)``) was captured with ``key``:
+    the position from which to cut the segment's ops into a region of their own, or -1."""
     L = seg.suffix_period
-    if L and n - L >= 0 and records[n - L].key == key:
+    if L and n - L >= 0 and seg.record(n - L).key == key:
         seg.suffix_match += 1
     else:
         p = seg.suffix_last.get(key)

@@ -13,13 +13,15 @@ from . import core
 
 
 class _Fields:
-    """The segment state in Python (the reference); the C type has the same fields."""
-    __slots__ = ("records", "producers", "node", "root", "stats", "queued_bytes", "headroom",
+    """The segment state in Python (the reference); the C type has the same fields and
+    accessors. The queued records are the segment's own: read through ``depth``, ``record(i)``
+    and ``records`` (a copy), changed by ``append`` and ``clear``."""
+    __slots__ = ("_records", "producers", "node", "root", "stats", "queued_bytes", "headroom",
                  "pressure", "period_after", "queue_limit", "suffix_last", "suffix_period",
                  "suffix_match", "suffix_min", "suffix_max")
 
     def __init__(self) -> None:
-        self.records: list = []          # [record.QueuedOp], in issue order
+        self._records: list = []         # [record.QueuedOp], in issue order
         self.producers: dict = {}        # {id(tensor), id(storage) or storage_key: record.Produced}
         self.node = None                 # the trie node of the last deferred op
         self.root = None                 # the region trie's root
@@ -35,6 +37,29 @@ class _Fields:
         self.suffix_match = 0            # ops that have repeated with it so far
         self.suffix_min = 0              # NEURON_LAB_MIN_PERIOD_OPS, read at the segment's start
         self.suffix_max = 0              # NEURON_LAB_MAX_PERIOD, likewise
+
+    @property
+    def depth(self) -> int:
+        """How many ops are queued."""
+        return len(self._records)
+
+    @property
+    def records(self) -> list:
+        """A copy of the queued records, in issue order."""
+        return list(self._records)
+
+    def record(self, i: int):
+        """The ``i``-th queued record (``i < 0`` counts from the end)."""
+        return self._records[i]
+
+    def append(self, rec) -> None:
+        """Queue one more op's record."""
+        self._records.append(rec)
+
+    def clear(self) -> None:
+        """No op queued (the segment ends); a list holding the ended segment's records keeps
+        them."""
+        self._records = []
 
 
 Segment = core.implementation("Segment", _Fields)

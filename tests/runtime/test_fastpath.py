@@ -18,6 +18,7 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import fastpath, output_plans, record
+from neuron_lab.runtime.segment import _Fields
 
 ext = fastpath.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the deferral extension is not built")
@@ -159,9 +160,11 @@ def test_shallow_copy_of_a_captured_output_with_views_names_its_own_op():
     copies = {"base": base.data, "view": view.data}
     if any("_d" in c.__dict__ for c in copies.values()):
         pytest.skip("this build caches host views on shallow copies")
-    recs, producers = [object()], {}
+    seg = _Fields()                       # the Python reference segment
+    seg.append(object())                  # op 0
     for out in (base, view):              # ops 1 and 2: the base, then its view
-        record.record_run_py(facts(aten.t.default), (), None, None, out, None, recs, producers)
+        record.record_run_py(facts(aten.t.default), (), None, None, out, None, seg)
+    producers = seg.producers
     f = facts(aten.neg.default)
     for name, pos in (("base", 1), ("view", 2)):
         want, got = _both(aten.neg.default, (copies[name],), None, 4, producers)

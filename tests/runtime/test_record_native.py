@@ -15,7 +15,7 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
 from neuron_lab.device import tensor_data
-from neuron_lab.runtime import compiler, core, fused, knobs, pending, record
+from neuron_lab.runtime import compiler, core, fused, knobs, pending, record, segment
 
 ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
@@ -24,13 +24,17 @@ aten = torch.ops.aten
 
 
 def _record_both(op, args, out):
-    """(records, producers) from the Python reference and from the C implementation, for one op run now."""
+    """(records, producers) from the Python reference and from the C implementation, for one op
+    run now, each recorded on a segment (the C one and the Python reference) with one earlier
+    record: positions start at 1."""
     f = facts(op)
     key, targs, tkw = record.describe(f, args, None, 1, {})
-    got, want = ([object()], {}), ([object()], {})     # one earlier record: positions start at 1
-    record.record_run_py(f, targs, tkw, key, out, ("cell.py", 3), *want)
-    ext.record_run(f, targs, tkw, key, out, ("cell.py", 3), *got)
-    return got, want
+    got, want = ext.Segment(), segment._Fields()
+    for seg in (got, want):
+        seg.append(record.QueuedOp(f, (), None, None, []))
+    record.record_run_py(f, targs, tkw, key, out, ("cell.py", 3), want)
+    ext.record_run(f, targs, tkw, key, out, ("cell.py", 3), got)
+    return (got.records, got.producers), (want.records, want.producers)
 
 
 def _fields(q) -> tuple:
@@ -89,9 +93,9 @@ def test_record_run_equals_the_python_reference(case):
         assert len(gprod) == 2 * sum(m is not None for m in g.metas)
 
 
-def test_record_run_rejects_what_is_not_a_record_list():
+def test_record_run_rejects_what_is_not_a_segment():
     with pytest.raises(TypeError, match="record_run"):
-        ext.record_run(None, (), None, None, torch.zeros(1), None, (), {})
+        ext.record_run(None, (), None, None, torch.zeros(1), None, [])
 
 
 def _records_with_outs(outs_per_op):
@@ -244,7 +248,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
         for op, args, out in calls:
             f = facts(op)
             key, targs, tkw = record.describe(f, args, None, 0, {})
-            ext.record_run(f, targs, tkw, key, out, None, [], {})
+            ext.record_run(f, targs, tkw, key, out, None, ext.Segment())
     finally:
         configure(record.record_run_py)
     assert reached == ["aten::max.dim"]
@@ -275,10 +279,11 @@ def test_refs_are_the_extensions_c_type_shared_per_output():
     assert type(back) is record.Ref and (back.pos, back.k) == (5, 1)
     x = torch.randn(3).to("neuron")
     y = torch.neg(x)
-    records, producers = [], {}
+    seg = ext.Segment()
     key, targs, tkw = record.describe(facts(aten.neg.default), (x,), None, 0, {})
-    record.record_run(facts(aten.neg.default), targs, tkw, key, y, None, records, producers)
-    made = producers[id(y)].ref                 # the Ref record.cpp made for y (ref_of)
+    record.record_run(facts(aten.neg.default), targs, tkw, key, y, None, seg)
+    records = seg.records
+    made = seg.producers[id(y)].ref             # the Ref record.cpp made for y (ref_of)
     assert type(made) is ext.Ref and (made.pos, made.k) == (0, 0)
     assert made is record.ref(0, 0) is record._refs[(0, 0)]
     with pytest.raises(TypeError, match="ref_type"):
@@ -380,3 +385,33 @@ def test_out_meta_is_the_extensions_tuple_type():
         meta.size = (1,)
     with pytest.raises(TypeError):
         ext.OutMeta((8, 4), (1, 8), 0)                          # a field missing
+
+
+@pytest.mark.parametrize("make", [lambda: ext.Segment(), lambda: segment._Fields()],
+                         ids=["c", "reference"])
+def test_the_segment_owns_its_records(make):
+    """The segment's queued records are its own, in C and in the Python reference alike: read
+    through ``depth``, ``record(i)`` and ``records`` (a copy: changing it queues nothing),
+    changed by ``append`` and ``clear``; a copy taken before ``clear`` keeps the ended
+    segment's records (what a launch runs). The C segment queues only QueuedOps."""
+    seg = make()
+    ops = [record.QueuedOp(facts(aten.neg.default), (), None, ("k", i), []) for i in range(3)]
+    assert seg.depth == 0 and seg.records == []
+    for q in ops:
+        seg.append(q)
+    assert seg.depth == 3 and seg.record(0) is ops[0] and seg.record(-1) is ops[2]
+    copy = seg.records
+    assert copy == ops
+    copy.append(ops[0])
+    copy.clear()
+    assert seg.depth == 3 and seg.records == ops
+    kept = seg.records
+    seg.clear()
+    assert seg.depth == 0 and kept == ops
+    with pytest.raises(IndexError):
+        seg.record(0)
+    with pytest.raises(AttributeError):
+        seg.records = []
+    if type(seg) is ext.Segment:
+        with pytest.raises(TypeError, match="QueuedOp"):
+            seg.append(object())

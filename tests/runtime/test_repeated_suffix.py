@@ -19,9 +19,11 @@ def _records(keys):
 
 
 def _cuts(observe, seg, keys, records):
+    """Queue ``records`` on ``seg`` one by one, observing each as the capture does."""
     cuts = []
     for n, k in enumerate(keys):
-        start = observe(seg, n, k, records)
+        seg.append(records[n])
+        start = observe(seg, n, k)
         cuts.append(start)
         if start >= 0:                     # the engine ends the segment at a cut
             break

@@ -400,7 +400,7 @@ PyObject* run_now(PyObject* f, PyObject* args, PyObject* kwargs, bool direct) {
 // segment's ``period_after``-th op on; a cut calls Engine._cut_repeats) and the queue limit.
 // The op's result, or nullptr.
 PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* described,
-                  PyObject* records, PyObject* producers, Py_ssize_t pos, bool direct) {
+                  Py_ssize_t pos, bool direct) {
   PyObject* out = run_now(f, args, kwargs, direct);
   if (out == nullptr) return nullptr;
   segment::SegmentObject* seg = S.segment;
@@ -409,9 +409,10 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
             bump(stats, s_ops_per_op);
   PyObject* where = ok ? user_line() : nullptr;
   if (where != nullptr) {
-    PyObject* argv[8] = {f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
-                         PyTuple_GET_ITEM(described, 0), out, where, records, producers};
-    PyObject* r = PyObject_Vectorcall(S.record_run, argv, 8, nullptr);
+    PyObject* argv[7] = {f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
+                         PyTuple_GET_ITEM(described, 0), out, where,
+                         reinterpret_cast<PyObject*>(seg)};
+    PyObject* r = PyObject_Vectorcall(S.record_run, argv, 7, nullptr);
     Py_DECREF(where);
     ok = r != nullptr;
     Py_XDECREF(r);
@@ -419,8 +420,7 @@ PyObject* capture(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* descr
     ok = false;
   }
   if (ok && pos >= seg->period_after) {   // the repeated-suffix rule; a cut ends the segment here
-    Py_ssize_t start =
-        repeated_suffix::observe(seg, pos, PyTuple_GET_ITEM(described, 0), records);
+    Py_ssize_t start = repeated_suffix::observe(seg, pos, PyTuple_GET_ITEM(described, 0));
     if (start == -2) {
       Py_CLEAR(out);
       return out;
@@ -551,8 +551,7 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       Py_DECREF(copied);
       if (retried) goto done;
     } else if (capturing) {
-      result = capture(f, args, kwargs, described, records, producers, pos,
-                       bits & S.direct_bit);
+      result = capture(f, args, kwargs, described, pos, bits & S.direct_bit);
       if (result != nullptr) ++S.captured;
       goto done;
     } else {   // deferring along a known region (or starting one), one op at a time

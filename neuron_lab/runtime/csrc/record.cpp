@@ -2,9 +2,9 @@
 // done on the same Python objects (the Python function named with each is the reference, and
 // what runs without the extension; tests/runtime/test_record_native.py compares them):
 //
-//   record_run(facts, targs, tkw, key, out, where, records, producers)   record.record_run
+//   record_run(facts, targs, tkw, key, out, where, seg)                  record.record_run
 //       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None] * n,
-//       (OutMeta or None,) * n, structure, where, None) appended to ``records``, and the
+//       (OutMeta or None,) * n, structure, where, None) queued on segment ``seg``, and the
 //       producer entries Produced(pos, k, weak_ref, ref(pos, k)) of each output and of its
 //       storage. For a tensor, None, a tuple of tensors and Nones (``native_layer_norm``) or a
 //       list of tensors (``_foreach_sqrt``); any other return value goes to the Python function.
@@ -38,6 +38,7 @@
 #include "queued_op.h"
 #include "record.h"
 #include "ref.h"
+#include "segment.h"
 #include "weak_outputs.h"
 
 namespace py = pybind11;
@@ -226,17 +227,18 @@ PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k) {
 namespace {
 
 PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
-  if (n != 8 || !PyList_Check(argv[6]) || !PyDict_Check(argv[7])) {
+  segment::SegmentObject* seg = n == 7 ? segment::as_segment(argv[6]) : nullptr;
+  if (seg == nullptr || !PyList_Check(seg->records) || !PyDict_Check(seg->producers)) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: record_run(facts, targs, tkw, key, out, where, "
-                                     "records: list, producers: dict)");
+                                     "seg: Segment)");
     return nullptr;
   }
   if (R.python == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "neuron_lab: configure_records() first");
     return nullptr;
   }
-  PyObject* records = argv[6];
-  PyObject* producers = argv[7];
+  PyObject* records = seg->records;       // borrowed: the segment's own
+  PyObject* producers = seg->producers;
   std::vector<PyObject*> flat;
   PyObject* structure = nullptr;
   if (!flat_outputs(argv[4], &flat, &structure)) {
@@ -265,9 +267,15 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
                         Py_NewRef(Py_None)};
   PyObject* rec = queued_op::make(items);
   if (rec == nullptr) return nullptr;
+  Py_INCREF(records);   // the appended-to list, whatever Python code run below does to ``seg``
+  Py_INCREF(producers);
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
-  if (bad) return nullptr;
+  if (bad) {
+    Py_DECREF(records);
+    Py_DECREF(producers);
+    return nullptr;
+  }
   bool ok = true;
   for (Py_ssize_t k = 0; ok && k < m; ++k) {
     PyObject* out = flat[k];
@@ -290,6 +298,8 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     Py_XDECREF(st);
     Py_XDECREF(r);
   }
+  Py_DECREF(records);
+  Py_DECREF(producers);
   return ok ? Py_NewRef(Py_None) : nullptr;
 }
 
@@ -463,7 +473,7 @@ PyObject* host_inputs(PyObject*, PyObject* const* argv, Py_ssize_t n) {
 
 PyMethodDef record_run_def = {
     "record_run", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&record_run)),
-    METH_FASTCALL, "record_run(facts, targs, tkw, key, out, where, records, producers): "
+    METH_FASTCALL, "record_run(facts, targs, tkw, key, out, where, seg): "
                    "record.record_run in C"};
 PyMethodDef live_outputs_def = {"live_outputs", reinterpret_cast<PyCFunction>(&live_outputs),
                                 METH_O, "live_outputs(records): pending.live_outputs in C"};

@@ -2,7 +2,7 @@
 // docstring the rule): a long segment without a sync point is cut where its ops repeat. Its
 // state is the segment's (segment.h: suffix_last, suffix_period, suffix_match, suffix_min,
 // suffix_max). deferral.cpp's capture calls ``observe`` for each op past the segment's
-// ``period_after``; ``observe_repeats(segment, n, key, records)`` is the same for Python.
+// ``period_after``; ``observe_repeats(segment, n, key)`` is the same for Python.
 #include "repeated_suffix.h"
 
 #include <pybind11/pybind11.h>
@@ -27,11 +27,12 @@ int key_at_is(PyObject* records, Py_ssize_t i, PyObject* key) {
 
 }  // namespace
 
-Py_ssize_t observe(segment::SegmentObject* seg, Py_ssize_t n, PyObject* key, PyObject* records) {
+Py_ssize_t observe(segment::SegmentObject* seg, Py_ssize_t n, PyObject* key) {
+  PyObject* records = seg->records;   // borrowed: the segment's own
   if (!PyList_Check(records) || n < 0 || n >= PyList_GET_SIZE(records) ||
       !PyDict_Check(seg->suffix_last)) {
     PyErr_SetString(PyExc_TypeError,
-                    "neuron_lab: observe_repeats(segment, n, key, records: list) with n < len");
+                    "neuron_lab: observe_repeats(segment, n, key) with n < segment.depth");
     return -2;
   }
   const Py_ssize_t L = seg->suffix_period;
@@ -66,13 +67,13 @@ Py_ssize_t observe(segment::SegmentObject* seg, Py_ssize_t n, PyObject* key, PyO
 }  // namespace repeated_suffix
 
 void init_repeated_suffix(py::module_& m) {
-  m.def("observe_repeats", [](py::object seg, Py_ssize_t n, py::object key, py::object records) {
+  m.def("observe_repeats", [](py::object seg, Py_ssize_t n, py::object key) {
     segment::SegmentObject* s = segment::as_segment(seg.ptr());
     if (s == nullptr) throw py::error_already_set();
-    Py_ssize_t start = repeated_suffix::observe(s, n, key.ptr(), records.ptr());
+    Py_ssize_t start = repeated_suffix::observe(s, n, key.ptr());
     if (start == -2) throw py::error_already_set();
     return start;
-  }, "observe_repeats(segment, n, key, records) -> start of the cut, or -1 "
+  }, "observe_repeats(segment, n, key) -> start of the cut, or -1 "
      "(repeated_suffix.observe_py)");
 }
 

@@ -6,6 +6,7 @@
 #include <structmember.h>
 
 #include "c_types.h"
+#include "queued_op.h"
 
 namespace py = pybind11;
 
@@ -13,7 +14,9 @@ namespace neuron_lab {
 namespace segment {
 namespace {
 
-#define SEGMENT_OBJECTS(X) X(records) X(producers) X(node) X(root) X(stats) X(suffix_last)
+// the object fields Python reads and sets as members; ``records`` is the segment's own, read
+// through ``depth``, ``record(i)`` and ``records`` (a copy) and changed by ``append`` and ``clear``
+#define MEMBER_OBJECTS(X) X(producers) X(node) X(root) X(stats) X(suffix_last)
 
 int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {nullptr};
@@ -44,12 +47,81 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 #define FIELD(f) , &SegmentObject::f
-using Fields = c_types::ObjectFields<SegmentObject SEGMENT_OBJECTS(FIELD)>;
+using Fields = c_types::ObjectFields<SegmentObject, &SegmentObject::records MEMBER_OBJECTS(FIELD)>;
 #undef FIELD
+
+PyObject* records_list(PyObject* self) {
+  PyObject* records = reinterpret_cast<SegmentObject*>(self)->records;
+  if (records == nullptr || !PyList_CheckExact(records)) {
+    PyErr_SetString(PyExc_RuntimeError, "neuron_lab: a Segment used before its __init__");
+    return nullptr;
+  }
+  return records;
+}
+
+// seg.depth: how many ops are queued
+PyObject* segment_depth(PyObject* self, void*) {
+  PyObject* records = records_list(self);
+  return records ? PyLong_FromSsize_t(PyList_GET_SIZE(records)) : nullptr;
+}
+
+// seg.records: a new list of the queued records, in issue order (the segment's own is not
+// handed out: appending to the copy queues nothing)
+PyObject* segment_records(PyObject* self, void*) {
+  PyObject* records = records_list(self);
+  return records ? PyList_GetSlice(records, 0, PyList_GET_SIZE(records)) : nullptr;
+}
+
+// seg.record(i): the i-th queued record (i < 0 counts from the end)
+PyObject* segment_record(PyObject* self, PyObject* arg) {
+  PyObject* records = records_list(self);
+  Py_ssize_t i = records ? PyNumber_AsSsize_t(arg, PyExc_IndexError) : -1;
+  if (records == nullptr || (i == -1 && PyErr_Occurred())) return nullptr;
+  Py_ssize_t n = PyList_GET_SIZE(records);
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) {
+    PyErr_Format(PyExc_IndexError, "neuron_lab: Segment.record(%zd): %zd ops are queued", i, n);
+    return nullptr;
+  }
+  return Py_NewRef(PyList_GET_ITEM(records, i));
+}
+
+// seg.append(rec): queue one more op's record (a QueuedOp)
+PyObject* segment_append(PyObject* self, PyObject* rec) {
+  PyObject* records = records_list(self);
+  if (records == nullptr) return nullptr;
+  if (!queued_op::is_queued_op(rec)) {
+    PyErr_Format(PyExc_TypeError, "neuron_lab: Segment.append takes a QueuedOp, got %s",
+                 Py_TYPE(rec)->tp_name);
+    return nullptr;
+  }
+  if (PyList_Append(records, rec) < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// seg.clear(): no op queued (the segment ends). A new list: C++ that still holds the ended
+// segment's (a launch in progress) keeps reading its records.
+PyObject* segment_clear(PyObject* self, PyObject*) {
+  PyObject* fresh = records_list(self) ? PyList_New(0) : nullptr;
+  if (fresh == nullptr) return nullptr;
+  Py_SETREF(reinterpret_cast<SegmentObject*>(self)->records, fresh);
+  Py_RETURN_NONE;
+}
+
+PyGetSetDef segment_getset[] = {
+    {"depth", segment_depth, nullptr, "how many ops are queued", nullptr},
+    {"records", segment_records, nullptr, "a copy of the queued records, in issue order", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyMethodDef segment_methods[] = {
+    {"record", segment_record, METH_O, "record(i): the i-th queued record"},
+    {"append", segment_append, METH_O, "append(rec): queue one more op's record (a QueuedOp)"},
+    {"clear", segment_clear, METH_NOARGS, "clear(): no op queued"},
+    {nullptr, nullptr, 0, nullptr}};
 
 #define MEMBER(f) {#f, T_OBJECT, offsetof(SegmentObject, f), 0, nullptr},
 PyMemberDef segment_members[] = {
-    SEGMENT_OBJECTS(MEMBER)
+    MEMBER_OBJECTS(MEMBER)
     {"queued_bytes", T_LONGLONG, offsetof(SegmentObject, queued_bytes), 0, nullptr},
     {"headroom", T_DOUBLE, offsetof(SegmentObject, headroom), 0, nullptr},
     {"pressure", T_BOOL, offsetof(SegmentObject, pressure), 0, nullptr},
@@ -62,12 +134,19 @@ PyMemberDef segment_members[] = {
     {nullptr, 0, 0, 0, nullptr}};
 #undef MEMBER
 
+PyTypeObject make_type() {
+  PyTypeObject t = c_types::collected<Fields>(
+      "neuron_lab.runtime._runtime_ext.Segment", sizeof(SegmentObject),
+      "Segment(): the adaptive engine's queued ops and their place on the region trie",
+      segment_init, segment_members, false);
+  t.tp_getset = segment_getset;
+  t.tp_methods = segment_methods;
+  return t;
+}
+
 }  // namespace
 
-PyTypeObject SegmentType = c_types::collected<Fields>(
-    "neuron_lab.runtime._runtime_ext.Segment", sizeof(SegmentObject),
-    "Segment(): the adaptive engine's queued ops and their place on the region trie",
-    segment_init, segment_members, false);
+PyTypeObject SegmentType = make_type();
 
 }  // namespace segment
 

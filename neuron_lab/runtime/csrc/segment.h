@@ -1,6 +1,7 @@
 // The adaptive engine's segment state (``adaptive.Engine.seg``): the ops queued since the last
 // boundary and where they stand on the region trie. A C type the runtime's C++ reads and
-// writes field by field (segment.cpp), and the engine's Python through its members.
+// writes field by field (segment.cpp), and the engine's Python through its members and, for
+// the queued records, typed accessors (depth, record(i), records, append, clear).
 #pragma once
 
 #include <Python.h>
@@ -11,7 +12,8 @@ namespace neuron_lab::segment {
 
 struct SegmentObject {
   PyObject_HEAD
-  PyObject* records;         // [record.QueuedOp]: the segment's ops, in issue order
+  PyObject* records;         // [record.QueuedOp]: the segment's ops, in issue order; its own
+                             // list, never handed to Python (which reads copies: segment.cpp)
   PyObject* producers;       // {id(tensor), id(storage) or storage_key: record.Produced}
   PyObject* node;            // the trie node of the last deferred op (cache.Node), or None
   PyObject* root;            // the region trie's root (the engine's cache.root)
