@@ -5,11 +5,11 @@ metadata, so each output is a new pending tensor (``device/tensor_data.py``) tha
 launch fills later. Per output that is one tensor creation, two weak references and two producer
 entries in the segment's map; the memory bound is one addition and one comparison
 (``_admit_pending``). A node's plan (``output_plans.out_plan``, ``output_plans.FastOut``) is
-derived at its first deferral, here.
+derived at its first deferral (``output_plans.derive``).
 
 The deferral hot path is C++ (``csrc/deferral.cpp``, installed by ``fastpath``): it does the
-same steps on the same objects and calls this module only for a node's first deferral and for
-an op whose output is the caller's tensor (in place, ``out=``). With
+same steps on the same objects (calling ``output_plans.derive`` at a node's first deferral) and
+calls this module only for an op whose output is the caller's tensor (in place, ``out=``). With
 ``NEURON_LAB_NATIVE_DEFER=0`` every deferral runs here: this is the reference the C++ is tested
 against (tests/runtime/test_fastpath.py). ``Deferral`` is the adaptive engine's part that does
 it (``adaptive.Engine``); it reads the engine's segment (``seg``), ``queue`` and ``flush``.
@@ -23,7 +23,7 @@ from ..device.dtypes import HOST_ONLY
 from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
-from .output_plans import CALLER, PENDING, fast_out, identity_view, out_plan
+from .output_plans import CALLER, PENDING, derive
 from .record import producer_entry, queued_op, rebuild, ref, weak_ref
 from .segment import Segment
 
@@ -49,11 +49,8 @@ class Deferral:
         seg = self.seg
         pos = seg.depth
         fast = nxt.fast
-        if fast is None:
-            nxt.plan = out_plan(f, nxt.metas)
-            same = identity_view(f, key, nxt.metas[0], pos, seg) \
-                if nxt.structure == "t" else None
-            fast = nxt.fast = fast_out(nxt.plan, nxt.structure, pos, same) or False
+        if fast is None:                   # the node's first deferral
+            fast = derive(nxt, f, pos, seg)
         if fast:
             return self._defer_one(f, (key, targs, tkw), nxt, fast)
         plan = nxt.plan

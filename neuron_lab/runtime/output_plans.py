@@ -1,6 +1,6 @@
 """How a deferred op hands out its outputs: each trie node's output plan.
 
-A node's plan is derived once, at its first deferral (``Deferral._defer``), from the output
+A node's plan is derived once, at its first deferral (``derive``), from the output
 metadata the capture recorded (``record.OutMeta``): per output an ``OutSpec`` (the caller's own
 tensor for an in-place or ``out=`` op, not a tensor, or a new pending tensor of known layout),
 and for the common op (one new tensor returned as a plain tensor) a ``FastOut``. Both are the
@@ -127,3 +127,15 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
             plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize,
                                 dense, m.dtype not in HOST_ONLY))
     return tuple(plan)
+
+
+def derive(node, facts, pos: int, seg):
+    """Derive trie node ``node``'s output plan at its first deferral (op ``facts``, the
+    ``pos``-th of segment ``seg``): ``node.plan`` and ``node.fast`` (a ``FastOut``, or False
+    when the op is not that simple). Returns ``node.fast``. The deferral calls it (C and
+    Python alike) when the node's ``fast`` is still None."""
+    node.plan = out_plan(facts, node.metas)
+    same = identity_view(facts, node.key, node.metas[0], pos, seg) \
+        if node.structure == "t" else None
+    node.fast = fast_out(node.plan, node.structure, pos, same) or False
+    return node.fast

@@ -257,6 +257,39 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
     assert x.shape == q.shape
 
 
+def test_a_nodes_first_deferral_is_in_c_too(fresh_engine, compile_off):
+    """The first deferral along a region's path derives each trie node's output plan
+    (output_plans.derive, which deferral.cpp calls) and hands the outputs out in C, as every
+    later deferral does: the Python engine takes none of the ops, the plans are derived once,
+    and the values are CPU's (per-op replay: bitwise)."""
+    from neuron_lab.device import tensor_data
+    from neuron_lab.runtime import output_plans
+
+    def body(a):
+        values, indices = torch.max(a * 2.0, 1)          # two outputs: defer_many
+        return (values.tanh() + indices).sum()           # FastOuts: defer_one
+
+    a_cpu = torch.randn(3, 4)
+    want = body(a_cpu)
+    a = a_cpu.to("neuron")
+    body(a).item()                                       # captured; cached at the sync
+    nodes, node = [], fresh_engine.cache.root
+    while node.children:
+        node = next(iter(node.children.values()))
+        nodes.append(node)
+    assert len(nodes) == 5 and all(n.fast is None for n in nodes)
+    fast, slow = fastpath.counts()
+    got = body(a)                                        # the first deferral of every node
+    fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
+    assert tensor_data.is_pending(got)
+    assert (fast, slow) == (5, 0)
+    assert [type(n.fast) for n in nodes] == \
+        [output_plans.FastOut, bool, output_plans.FastOut, output_plans.FastOut,
+         output_plans.FastOut]
+    assert all(n.plan is not None for n in nodes)
+    assert torch.equal(got.cpu(), want)
+
+
 def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
     """Ops whose outputs are all new (a tuple, a list of views, a foreach list) or that return
     nothing (in place, foreach) are deferred in C (deferral.cpp defer_many), as Engine._defer

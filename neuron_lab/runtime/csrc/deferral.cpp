@@ -34,7 +34,7 @@
 // verdict.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
 // CPU scalar arguments could not be keyed is tried again with device copies of them
 // (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an
-// op returning the caller's tensor (in place, out=), a node's first deferral, a segment that
+// op returning the caller's tensor (in place, out=), a segment that
 // starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its device tensors come from ``pending``/``pending_dense`` (pending_tensors.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
@@ -203,9 +203,8 @@ PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
 // Engine._defer for an op whose outputs are all new tensors or not tensors, and that is not a
 // FastOut (several outputs, a list, none: SDPA's, nll_loss_forward's, _foreach_sqrt's list,
 // AdamW's in-place foreach ops that return nothing). An output that is the caller's tensor
-// (in place, out=) or a plan not derived yet stays with the Python engine: nullptr with no
-// exception set. The op's return value (record.rebuild of the outputs), or nullptr with an
-// exception set.
+// (in place, out=) stays with the Python engine: nullptr with no exception set. The op's
+// return value (record.rebuild of the outputs), or nullptr with an exception set.
 PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
                      PyObject* records, PyObject* producers, Py_ssize_t pos) {
   PyObject* plan = node_field(nxt, &trie::NodeObject::plan);
@@ -263,23 +262,35 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
 }
 
 // An op continuing the trie path to ``nxt`` (its call's templates ``targs``, ``tkw``): passed
-// out here when the node's outputs are a FastOut (defer_one) or all new (defer_many). nullptr
-// with no exception set: the Python engine's case (Engine._defer: an in-place output, or the
-// node's first deferral, which derives its plan).
+// out here when the node's outputs are a FastOut (defer_one) or all new (defer_many); at the
+// node's first deferral (``fast`` None) its plan is derived first (output_plans.derive). nullptr
+// with no exception set: the Python engine's case (Engine._defer: an in-place output).
 PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
                    PyObject* records, PyObject* producers, Py_ssize_t pos) {
+  PyObject* derived = nullptr;
+  if (fast == Py_None) {
+    PyObject* at = PyLong_FromSsize_t(pos);
+    derived = at ? PyObject_CallFunctionObjArgs(S.derive_plan, nxt, f, at, S.segment, nullptr)
+                 : nullptr;
+    Py_XDECREF(at);
+    if (derived == nullptr) return nullptr;
+    fast = derived;
+  }
+  PyObject* result = nullptr;
   if (out_plan::is_fast_out(fast))
-    return defer_one(f, targs, tkw, nxt, out_plan::as_fast_out(fast), records, producers, pos);
-  if (fast == Py_False) return defer_many(f, targs, tkw, nxt, records, producers, pos);
-  return nullptr;
+    result = defer_one(f, targs, tkw, nxt, out_plan::as_fast_out(fast), records, producers, pos);
+  else if (fast == Py_False)
+    result = defer_many(f, targs, tkw, nxt, records, producers, pos);
+  Py_XDECREF(derived);
+  return result;
 }
 
 // The hot path's first try: a trie node on a region's path has one child, whose key the call
 // is compared with where its arguments are (match_key), without building the key, hashing it
 // and comparing the two in the children dict (~0.3 us an op). 1 with ``*result`` set (the
 // op's return value: deferred here, or by the Python engine with the matched key), 0 where
-// the node branches, the child has no plan yet, or the call differs (the caller then
-// describes it and looks it up), -1 with an exception set.
+// the node branches or the call differs (the caller then describes it and looks it up), -1
+// with an exception set.
 int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, bool floats,
                 PyObject* records, PyObject* producers, Py_ssize_t pos, PyObject** result) {
   PyObject* children = node_field(node, &trie::NodeObject::children);
@@ -296,7 +307,7 @@ int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, b
   Py_DECREF(children);
   PyObject* fast = node_field(nxt, &trie::NodeObject::fast);
   int m = fast == nullptr ? -1 : 0;
-  if (fast != nullptr && fast != Py_None) {
+  if (fast != nullptr) {
     PyObject *targs = nullptr, *tkw = nullptr;
     m = match_key(f, args, kwargs, pos, producers, floats, key, &targs, &tkw);
     if (m == 1) {
@@ -683,6 +694,7 @@ void configure(py::dict o) {
   if (!PyDict_Check(S.backward_callers))
     throw py::type_error("neuron_lab: backward_callers must be tracking._backward_callers");
   hold(S.record_run, o["record_run"]);
+  hold(S.derive_plan, o["derive_plan"]);
   hold(S.not_user_prefixes, o["not_user_prefixes"]);
   hold(S.not_user_files, o["not_user_files"]);
   if (!PyTuple_Check(S.not_user_prefixes) || !PyTuple_Check(S.not_user_files))

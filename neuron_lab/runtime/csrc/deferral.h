@@ -57,6 +57,7 @@ struct State {
   PyObject* not_user_prefixes = nullptr;   // tracking.NOT_USER_PREFIXES / _FILES (tuples of str)
   PyObject* not_user_files = nullptr;
   PyObject* record_run = nullptr;    // record.record_run (record.cpp's, where built)
+  PyObject* derive_plan = nullptr;   // output_plans.derive (a trie node's first deferral)
   long fast = 0, slow = 0;           // ops deferred here / passed to Python (tests read them)
   long captured = 0;                 // ops captured here (run now and recorded)
   std::unordered_map<PyObject*, long long> deferred;   // facts -> ops deferred here since the
