@@ -102,8 +102,7 @@ class Engine(Deferral):
 
     def _reset(self) -> None:
         seg = self.seg
-        seg.clear()
-        seg.producers = {}
+        seg.clear()                    # no record, no producer entry
         seg.node = None
         repeated_suffix.start(seg, knobs.MIN_PERIOD_OPS.get(), knobs.MAX_PERIOD.get())
         seg.queued_bytes = 0

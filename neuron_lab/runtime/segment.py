@@ -15,14 +15,15 @@ from . import core
 class _Fields:
     """The segment state in Python (the reference); the C type has the same fields and
     accessors. The queued records are the segment's own: read through ``depth``, ``record(i)``
-    and ``records`` (a copy), changed by ``append`` and ``clear``."""
-    __slots__ = ("_records", "producers", "node", "root", "stats", "queued_bytes", "headroom",
+    and ``records`` (a copy), changed by ``append`` and ``clear``; so is the producers map,
+    read-only as an attribute (``clear`` starts a new one)."""
+    __slots__ = ("_records", "_producers", "node", "root", "stats", "queued_bytes", "headroom",
                  "pressure", "period_after", "queue_limit", "suffix_last", "suffix_period",
                  "suffix_match", "suffix_min", "suffix_max")
 
     def __init__(self) -> None:
         self._records: list = []         # [record.QueuedOp], in issue order
-        self.producers: dict = {}        # {id(tensor), id(storage) or storage_key: record.Produced}
+        self._producers: dict = {}       # {id(tensor), id(storage) or storage_key: record.Produced}
         self.node = None                 # the trie node of the last deferred op
         self.root = None                 # the region trie's root
         self.stats = None                # the engine's counters
@@ -44,6 +45,11 @@ class _Fields:
         return len(self._records)
 
     @property
+    def producers(self) -> dict:
+        """The queued ops' outputs: {id(tensor), id(storage) or storage_key: Produced}."""
+        return self._producers
+
+    @property
     def records(self) -> list:
         """A copy of the queued records, in issue order."""
         return list(self._records)
@@ -57,9 +63,10 @@ class _Fields:
         self._records.append(rec)
 
     def clear(self) -> None:
-        """No op queued (the segment ends); a list holding the ended segment's records keeps
-        them."""
+        """No op queued and no producer entry (the segment ends); a list holding the ended
+        segment's records keeps them."""
         self._records = []
+        self._producers = {}
 
 
 Segment = core.implementation("Segment", _Fields)

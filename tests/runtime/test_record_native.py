@@ -390,13 +390,14 @@ def test_out_meta_is_the_extensions_tuple_type():
 @pytest.mark.parametrize("make", [lambda: ext.Segment(), lambda: segment._Fields()],
                          ids=["c", "reference"])
 def test_the_segment_owns_its_records(make):
-    """The segment's queued records are its own, in C and in the Python reference alike: read
-    through ``depth``, ``record(i)`` and ``records`` (a copy: changing it queues nothing),
-    changed by ``append`` and ``clear``; a copy taken before ``clear`` keeps the ended
-    segment's records (what a launch runs). The C segment queues only QueuedOps."""
+    """The segment's queued records and producers map are its own, in C and in the Python
+    reference alike: the records read through ``depth``, ``record(i)`` and ``records`` (a copy:
+    changing it queues nothing), changed by ``append`` and ``clear``; the map a read-only
+    attribute that ``clear`` replaces. A copy taken before ``clear`` keeps the ended segment's
+    records (what a launch runs). The C segment queues only QueuedOps."""
     seg = make()
     ops = [record.QueuedOp(facts(aten.neg.default), (), None, ("k", i), []) for i in range(3)]
-    assert seg.depth == 0 and seg.records == []
+    assert seg.depth == 0 and seg.records == [] and seg.producers == {}
     for q in ops:
         seg.append(q)
     assert seg.depth == 3 and seg.record(0) is ops[0] and seg.record(-1) is ops[2]
@@ -405,13 +406,17 @@ def test_the_segment_owns_its_records(make):
     copy.append(ops[0])
     copy.clear()
     assert seg.depth == 3 and seg.records == ops
-    kept = seg.records
+    kept, prods = seg.records, seg.producers
+    prods[7] = None                                  # an entry of this segment's map
     seg.clear()
     assert seg.depth == 0 and kept == ops
+    assert seg.producers == {} and seg.producers is not prods
     with pytest.raises(IndexError):
         seg.record(0)
     with pytest.raises(AttributeError):
         seg.records = []
+    with pytest.raises(AttributeError):
+        seg.producers = {}
     if type(seg) is ext.Segment:
         with pytest.raises(TypeError, match="QueuedOp"):
             seg.append(object())

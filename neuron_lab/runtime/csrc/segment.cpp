@@ -15,8 +15,9 @@ namespace segment {
 namespace {
 
 // the object fields Python reads and sets as members; ``records`` is the segment's own, read
-// through ``depth``, ``record(i)`` and ``records`` (a copy) and changed by ``append`` and ``clear``
-#define MEMBER_OBJECTS(X) X(producers) X(node) X(root) X(stats) X(suffix_last)
+// through ``depth``, ``record(i)`` and ``records`` (a copy) and changed by ``append`` and
+// ``clear``, and so is the ``producers`` map (a read-only member: ``clear`` starts a new one)
+#define MEMBER_OBJECTS(X) X(node) X(root) X(stats) X(suffix_last)
 
 int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {nullptr};
@@ -47,7 +48,8 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 #define FIELD(f) , &SegmentObject::f
-using Fields = c_types::ObjectFields<SegmentObject, &SegmentObject::records MEMBER_OBJECTS(FIELD)>;
+using Fields = c_types::ObjectFields<SegmentObject, &SegmentObject::records,
+                                     &SegmentObject::producers MEMBER_OBJECTS(FIELD)>;
 #undef FIELD
 
 PyObject* records_list(PyObject* self) {
@@ -99,12 +101,18 @@ PyObject* segment_append(PyObject* self, PyObject* rec) {
   Py_RETURN_NONE;
 }
 
-// seg.clear(): no op queued (the segment ends). A new list: C++ that still holds the ended
-// segment's (a launch in progress) keeps reading its records.
+// seg.clear(): no op queued and no producer entry (the segment ends). A new list and map: C++
+// that still holds the ended segment's (a launch in progress) keeps reading its records.
 PyObject* segment_clear(PyObject* self, PyObject*) {
-  PyObject* fresh = records_list(self) ? PyList_New(0) : nullptr;
-  if (fresh == nullptr) return nullptr;
-  Py_SETREF(reinterpret_cast<SegmentObject*>(self)->records, fresh);
+  PyObject* records = records_list(self) ? PyList_New(0) : nullptr;
+  PyObject* producers = records ? PyDict_New() : nullptr;
+  if (producers == nullptr) {
+    Py_XDECREF(records);
+    return nullptr;
+  }
+  auto* s = reinterpret_cast<SegmentObject*>(self);
+  Py_SETREF(s->records, records);
+  Py_SETREF(s->producers, producers);
   Py_RETURN_NONE;
 }
 
@@ -116,12 +124,14 @@ PyGetSetDef segment_getset[] = {
 PyMethodDef segment_methods[] = {
     {"record", segment_record, METH_O, "record(i): the i-th queued record"},
     {"append", segment_append, METH_O, "append(rec): queue one more op's record (a QueuedOp)"},
-    {"clear", segment_clear, METH_NOARGS, "clear(): no op queued"},
+    {"clear", segment_clear, METH_NOARGS, "clear(): no op queued, no producer entry"},
     {nullptr, nullptr, 0, nullptr}};
 
 #define MEMBER(f) {#f, T_OBJECT, offsetof(SegmentObject, f), 0, nullptr},
 PyMemberDef segment_members[] = {
     MEMBER_OBJECTS(MEMBER)
+    {"producers", T_OBJECT, offsetof(SegmentObject, producers), READONLY,
+     "{id(tensor), id(storage) or storage_key: Produced}: the queued ops' outputs"},
     {"queued_bytes", T_LONGLONG, offsetof(SegmentObject, queued_bytes), 0, nullptr},
     {"headroom", T_DOUBLE, offsetof(SegmentObject, headroom), 0, nullptr},
     {"pressure", T_BOOL, offsetof(SegmentObject, pressure), 0, nullptr},
