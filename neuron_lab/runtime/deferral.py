@@ -9,7 +9,8 @@ derived at its first deferral (``output_plans.derive``).
 
 The deferral hot path is C++ (``csrc/deferral.cpp``, installed by ``fastpath``): it does the
 same steps on the same objects (calling ``output_plans.derive`` at a node's first deferral) and
-calls this module only for an op whose output is the caller's tensor (in place, ``out=``). With
+calls this module only for an in-place op that changes its tensor's metadata (``t_``,
+``resize_``: ``tensor_data.restride_meta``). With
 ``NEURON_LAB_NATIVE_DEFER=0`` every deferral runs here: this is the reference the C++ is tested
 against (tests/runtime/test_fastpath.py). ``Deferral`` is the adaptive engine's part that does
 it (``adaptive.Engine``); it reads the engine's segment (``seg``), ``queue`` and ``flush``.

@@ -10,8 +10,9 @@ segment that no known region continues (``Engine._capture``: run it now, record 
 same pieces (the direct kernel's ``run_boxed_call``, else ``kernels.run_now``;
 ``tracking.user_frame_token``'s rule, in C; ``record.record_run``;
 ``repeated_suffix.observe``), and defers ops whose outputs are all new (several, a list,
-none: ``Engine._defer``'s loop). Every other case (a segment's first op, a divergence, a
-region's end, an op returning the caller's tensor, an op that is not always queueable) calls
+none) or the caller's own tensors (in place, ``out=``: ``Engine._defer``'s loop). Every other
+case (a segment's first op, a divergence, a region's end, an in-place op that changes its
+tensor's metadata, an op that is not always queueable) calls
 the Python engine, under its lock as before; in eager mode an op goes to the device's
 ``kernels.execute``.
 ``NEURON_LAB_NATIVE_DEFER=0`` keeps the whole path in
@@ -68,7 +69,7 @@ def runtime_for(engine: adaptive.Engine):
         "float_key": record.FLOAT,
         "rebuild": record.rebuild, "derive_plan": output_plans.derive,
         "pending_kind": output_plans.PENDING,
-        "not_tensor_kind": output_plans.NOT_TENSOR,
+        "not_tensor_kind": output_plans.NOT_TENSOR, "caller_kind": output_plans.CALLER,
         "device_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "run_now": kernels.run_now, "run_boxed_call": kernels._run_boxed_call,

@@ -22,7 +22,8 @@ from .record import OutMeta, Ref, ref
 
 
 # OutSpec.kind: how a deferred op hands out one output
-CALLER = 0      # in-place / out=: the caller's own tensor (``arg``: position or kwarg name)
+CALLER = 0      # in-place / out=: the caller's own tensor (``arg``: position or kwarg name;
+                #   ``meta``: its new metadata where the op changes it, t_ or resize_, else None)
 NOT_TENSOR = 1  # the return is not a tensor
 PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh bytes (0 for a view)
 
@@ -116,7 +117,7 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
     for i, m in enumerate(metas):
         alias = facts.ret_alias[i] if i < len(facts.ret_alias) else None
         if alias is not None and alias[1] and not alias[2]:
-            plan.append(OutSpec(CALLER, alias[0], m, 0))
+            plan.append(OutSpec(CALLER, alias[0], m if facts.restride else None, 0))
         elif m is None:
             plan.append(OutSpec(NOT_TENSOR, None, None, 0))
         else:

@@ -290,6 +290,42 @@ def test_a_nodes_first_deferral_is_in_c_too(fresh_engine, compile_off):
     assert torch.equal(got.cpu(), want)
 
 
+def _known_run(body, *args):
+    """``body(*args)`` run four times, a sync before each (its region is known from the second
+    run): the last run's result and its (ops deferred in C, calls passed to Python)."""
+    for _ in range(4):
+        rt.sync()
+        before = fastpath.counts()
+        got = body(*args)
+    return got, tuple(n - m for n, m in zip(fastpath.counts(), before))
+
+
+def test_in_place_ops_defer_in_c_and_equal_cpu(compile_off):
+    """An op whose output is the caller's own tensor (``add_``, ``mul_``, ``clamp_``: a
+    non-foreach optimizer's step) is deferred in C too (deferral.cpp defer_many): it returns the
+    caller's tensor, whose producer entry makes the next op read this op's result. One that
+    changes its tensor's metadata (``t_``) stays with the Python engine, which restrides it.
+    Values: CPU's, bitwise (per-op replay)."""
+    from neuron_lab.device import tensor_data
+
+    def body(a, b):
+        c = a * 2.0
+        c.add_(b).mul_(0.5)
+        c.clamp_(min=-0.25)
+        d = (b + 1.0).t_()
+        return c.tanh() + d.t()
+
+    a_cpu, b_cpu = torch.randn(3, 4), torch.randn(3, 4)
+    want = body(a_cpu, b_cpu)
+    with rt.mode("adaptive"):
+        got, (fast, slow) = _known_run(body, a_cpu.to("neuron"), b_cpu.to("neuron"))
+        assert tensor_data.is_pending(got)
+        # mul, add_, mul_, clamp_, add, tanh, t, add in C; t_ in Python
+        assert (fast, slow) == (8, 1), (fast, slow)
+        rt.sync()
+    assert torch.equal(got.cpu(), want)
+
+
 def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
     """Ops whose outputs are all new (a tuple, a list of views, a foreach list) or that return
     nothing (in place, foreach) are deferred in C (deferral.cpp defer_many), as Engine._defer
@@ -306,14 +342,9 @@ def test_ops_with_several_new_outputs_defer_in_c_and_equal_cpu(compile_off):
 
     a_cpu, b_cpu = torch.randn(3, 4), torch.randn(3, 4)
     want = body(a_cpu, b_cpu)
-    a, b = a_cpu.to("neuron"), b_cpu.to("neuron")
     with rt.mode("adaptive"):
-        for _ in range(4):                       # the region is known from the second run
-            rt.sync()
-            fast, slow = fastpath.counts()
-            got = body(a, b)
+        got, (fast, slow) = _known_run(body, a_cpu.to("neuron"), b_cpu.to("neuron"))
         assert all(tensor_data.is_pending(t) for t in got)
-        fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
         # 13 ops (mul, max, add, split, mul, var_mean, abs, abs, _foreach_sqrt, _foreach_mul_,
         # add, sub, mul): all in C, the region's first (it starts the segment from the root)
         # and the five with several outputs too

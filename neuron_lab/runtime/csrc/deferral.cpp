@@ -27,15 +27,17 @@
 // taken off the cycle collector's lists (``untracked``, python_objects.h): none of it can be
 // part of a cycle, and tracked it made CPython run ~200 ms full collections in training loops.
 //
-// An op whose outputs are all new but not one plain tensor (several, a list, none) is deferred
-// here too (defer_many: Engine._defer's loop), and so is a segment's first op when a known
+// An op whose outputs are all new but not one plain tensor (several, a list, none) or are the
+// caller's own tensors (in place, out=) is deferred here too (defer_many: Engine._defer's
+// loop), and so is a node's first deferral (its plan from output_plans.derive) and a
+// segment's first op when a known
 // region starts with it (launch_locked continues from the trie's root). An op that is plain
 // for some calls only (attention with dropout_p 0, a cast staying on neuron:
 // verdict.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
 // CPU scalar arguments could not be keyed is tried again with device copies of them
-// (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an
-// op returning the caller's tensor (in place, out=), a segment that
-// starts a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
+// (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an in-place
+// op that changes its tensor's metadata (t_, resize_), a segment that starts a capture) goes
+// to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its device tensors come from ``pending``/``pending_dense`` (pending_tensors.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
@@ -200,13 +202,45 @@ PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   return t;
 }
 
-// Engine._defer for an op whose outputs are all new tensors or not tensors, and that is not a
-// FastOut (several outputs, a list, none: SDPA's, nll_loss_forward's, _foreach_sqrt's list,
-// AdamW's in-place foreach ops that return nothing). An output that is the caller's tensor
-// (in place, out=) stays with the Python engine: nullptr with no exception set. The op's
-// return value (record.rebuild of the outputs), or nullptr with an exception set.
-PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
-                     PyObject* records, PyObject* producers, Py_ssize_t pos) {
+// The caller's tensor an in-place or out= output is (OutSpec.arg: its position in ``args`` or
+// its keyword in ``kwargs``), borrowed; nullptr (no exception) where the call lacks it.
+PyObject* caller_tensor(PyObject* arg, PyObject* args, PyObject* kwargs) {
+  PyObject* t = nullptr;
+  if (PyLong_CheckExact(arg)) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i >= 0 && i < PyTuple_GET_SIZE(args)) t = PyTuple_GET_ITEM(args, i);
+  } else if (PyUnicode_Check(arg) && kwargs != nullptr && PyDict_Check(kwargs)) {
+    t = PyDict_GetItemWithError(kwargs, arg);
+  }
+  PyErr_Clear();
+  return t != nullptr && THPVariable_Check(t) ? t : nullptr;
+}
+
+// Engine._defer's producer entry of an in-place or out= output ``t`` (output ``k`` of op
+// ``pos``): later ops of the segment that take it read this op's result. A host-only dtype
+// gets none (it is never a queued argument). False with an exception set.
+bool caller_producer(PyObject* producers, PyObject* t, Py_ssize_t pos, Py_ssize_t k) {
+  PyObject* dtype = reinterpret_cast<PyObject*>(
+      torch::getTHPDtype(THPVariable_Unpack(t).scalar_type()));   // borrowed
+  int host_only = PySet_Contains(S.host_only, dtype);
+  if (host_only != 0) return host_only > 0;
+  PyObject* r = ref_of(pos, k);
+  bool ok = r != nullptr && set_producer(producers, t, pos, k, nullptr, r);
+  Py_XDECREF(r);
+  return ok;
+}
+
+// Engine._defer for an op whose outputs are new tensors, not tensors or the caller's own
+// tensors (in place, out=), and that is not a FastOut (several outputs, a list, none, an
+// in-place op: SDPA's, nll_loss_forward's, _foreach_sqrt's list, add_, AdamW's in-place
+// foreach ops that return nothing). An in-place output whose op changes its metadata (t_,
+// resize_: its OutSpec keeps the new metadata) or that the call lacks stays with the Python
+// engine: nullptr with no exception set. ``args``, ``kwargs``: the call's own (the caller's
+// tensors). The op's return value (record.rebuild of the outputs), or nullptr with an
+// exception set.
+PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* targs,
+                     PyObject* tkw, PyObject* nxt, PyObject* records, PyObject* producers,
+                     Py_ssize_t pos) {
   PyObject* plan = node_field(nxt, &trie::NodeObject::plan);
   if (plan == nullptr) return nullptr;
   Py_ssize_t n = PyTuple_Check(plan) ? PyTuple_GET_SIZE(plan) : -1;
@@ -214,7 +248,10 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject* spec = PyTuple_GET_ITEM(plan, k);
     long kind = out_plan::is_out_spec(spec) ? out_plan::as_out_spec(spec).kind : -1;
-    if (kind == S.pending_kind) {
+    if (kind == S.caller_kind) {
+      const out_plan::OutSpecObject& s = out_plan::as_out_spec(spec);
+      if (s.meta != Py_None || caller_tensor(s.arg, args, kwargs) == nullptr) n = -1;
+    } else if (kind == S.pending_kind) {
       const out_plan::OutSpecObject& s = out_plan::as_out_spec(spec);
       if (!out_meta::is_out_meta(s.meta)) {
         PyErr_Format(PyExc_TypeError, "neuron_lab: %R: a pending output's OutSpec.meta must be "
@@ -234,7 +271,9 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   for (Py_ssize_t k = 0; ok && k < n; ++k) {
     const out_plan::OutSpecObject& spec = out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k));
     PyObject *t = Py_NewRef(Py_None), *pair = Py_NewRef(Py_None);
-    if (spec.kind == S.pending_kind) {
+    if (spec.kind == S.caller_kind) {        // the caller's own tensor: no pair
+      Py_SETREF(t, Py_NewRef(caller_tensor(spec.arg, args, kwargs)));
+    } else if (spec.kind == S.pending_kind) {
       PyObject* m = spec.meta;   // an OutMeta: checked above
       PyObject* r = spec.queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
       Py_DECREF(t);
@@ -250,6 +289,9 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
     PyList_SET_ITEM(outs, k, t);
     PyList_SET_ITEM(pairs, k, pair);
   }
+  for (Py_ssize_t k = 0; ok && k < n; ++k)   // in-place results are produced here
+    if (out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k)).kind == S.caller_kind)
+      ok = caller_producer(producers, PyList_GET_ITEM(outs, k), pos, k);
   ok = ok && queue(f, targs, tkw, nxt, pairs, structure, records);
   PyObject* result = ok ? PyObject_CallFunctionObjArgs(S.rebuild, structure, outs, nullptr)
                         : nullptr;
@@ -264,9 +306,11 @@ PyObject* defer_many(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
 // An op continuing the trie path to ``nxt`` (its call's templates ``targs``, ``tkw``): passed
 // out here when the node's outputs are a FastOut (defer_one) or all new (defer_many); at the
 // node's first deferral (``fast`` None) its plan is derived first (output_plans.derive). nullptr
-// with no exception set: the Python engine's case (Engine._defer: an in-place output).
-PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject* fast,
-                   PyObject* records, PyObject* producers, Py_ssize_t pos) {
+// with no exception set: the Python engine's case (Engine._defer: an in-place output whose op
+// changes its metadata). ``args``, ``kwargs``: the call's own.
+PyObject* defer_to(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* targs, PyObject* tkw,
+                   PyObject* nxt, PyObject* fast, PyObject* records, PyObject* producers,
+                   Py_ssize_t pos) {
   PyObject* derived = nullptr;
   if (fast == Py_None) {
     PyObject* at = PyLong_FromSsize_t(pos);
@@ -280,7 +324,7 @@ PyObject* defer_to(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, P
   if (out_plan::is_fast_out(fast))
     result = defer_one(f, targs, tkw, nxt, out_plan::as_fast_out(fast), records, producers, pos);
   else if (fast == Py_False)
-    result = defer_many(f, targs, tkw, nxt, records, producers, pos);
+    result = defer_many(f, args, kwargs, targs, tkw, nxt, records, producers, pos);
   Py_XDECREF(derived);
   return result;
 }
@@ -311,7 +355,7 @@ int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, b
     PyObject *targs = nullptr, *tkw = nullptr;
     m = match_key(f, args, kwargs, pos, producers, floats, key, &targs, &tkw);
     if (m == 1) {
-      *result = defer_to(f, targs, tkw, nxt, fast, records, producers, pos);
+      *result = defer_to(f, args, kwargs, targs, tkw, nxt, fast, records, producers, pos);
       if (*result != nullptr) {
         ++S.fast;
       } else if (!PyErr_Occurred()) {   // Engine._defer's case, with the key it would build
@@ -575,7 +619,8 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
       if (nxt != nullptr) {
         PyObject* fast = node_field(nxt, &trie::NodeObject::fast);
         if (fast != nullptr)
-          result = defer_to(f, PyTuple_GET_ITEM(described, 1), PyTuple_GET_ITEM(described, 2),
+          result = defer_to(f, args, kwargs, PyTuple_GET_ITEM(described, 1),
+                            PyTuple_GET_ITEM(described, 2),
                             nxt, fast, records, producers, pos);
         Py_XDECREF(fast);
         Py_DECREF(nxt);
@@ -676,6 +721,7 @@ void configure(py::dict o) {
   hold(S.rebuild, o["rebuild"]);
   S.pending_kind = o["pending_kind"].cast<long>();
   S.not_tensor_kind = o["not_tensor_kind"].cast<long>();
+  S.caller_kind = o["caller_kind"].cast<long>();
   const c10::Storage& device_storage = THPStorage_Unpack(o["device_storage"].ptr());
   S.allocator = device_storage.unsafeGetStorageImpl()->allocator();
   S.device = device_storage.device();

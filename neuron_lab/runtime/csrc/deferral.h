@@ -37,8 +37,9 @@ struct State {
   PyObject* float_key = nullptr;     // record.FLOAT
   PyTypeObject* produced = nullptr;  // record.Produced
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
-  long pending_kind = -1;            // output_plans.PENDING, NOT_TENSOR (OutSpec.kind)
+  long pending_kind = -1;            // output_plans.PENDING, NOT_TENSOR, CALLER (OutSpec.kind)
   long not_tensor_kind = -1;
+  long caller_kind = -1;
   bool adaptive_mode = false;        // knobs.MODE is "adaptive" (set_adaptive)
   c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
   c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
