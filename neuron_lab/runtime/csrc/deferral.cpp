@@ -29,15 +29,14 @@
 //
 // An op whose outputs are all new but not one plain tensor (several, a list, none) or are the
 // caller's own tensors (in place, out=) is deferred here too (defer_many: Engine._defer's
-// loop), and so is a node's first deferral (its plan from output_plans.derive) and a
-// segment's first op when a known
-// region starts with it (launch_locked continues from the trie's root). An op that is plain
-// for some calls only (attention with dropout_p 0, a cast staying on neuron:
-// verdict.PLAIN_WHEN) takes the same paths when this call is one (plain_call). A call whose
-// CPU scalar arguments could not be keyed is tried again with device copies of them
-// (host_scalars.copied). Anything else (a boundary, a divergence, a region's end, an in-place
-// op that changes its tensor's metadata (t_, resize_), a segment that starts a capture) goes
-// to the Python engine (``Engine._adaptive``), under the engine's lock as
+// loop), and so are a node's first deferral (its plan from output_plans.derive) and a
+// segment's first op when a known region starts with it (launch_locked continues from the
+// trie's root). An op that is plain for some calls only (attention with dropout_p 0, a cast
+// staying on neuron: verdict.PLAIN_WHEN) takes the same paths when this call is one
+// (plain_call). A call whose CPU scalar arguments could not be keyed is tried again with device
+// copies of them (host_scalars.copied). Anything else (a boundary, a divergence, a region's
+// end, an in-place op that changes its tensor's metadata (t_, resize_), a segment that starts
+// a capture) goes to the Python engine (``Engine._adaptive``), under the engine's lock as
 // there; its device tensors come from ``pending``/``pending_dense`` (pending_tensors.cpp). In
 // eager mode an op goes to the device's execute (``Engine.launch`` first when ops are still
 // queued). ``configure`` hands over the objects; attribute names are interned once.
@@ -212,7 +211,7 @@ PyObject* caller_tensor(PyObject* arg, PyObject* args, PyObject* kwargs) {
   } else if (PyUnicode_Check(arg) && kwargs != nullptr && PyDict_Check(kwargs)) {
     t = PyDict_GetItemWithError(kwargs, arg);
   }
-  PyErr_Clear();
+  if (t == nullptr) PyErr_Clear();   // an unhashable key, an int past the range
   return t != nullptr && THPVariable_Check(t) ? t : nullptr;
 }
 
