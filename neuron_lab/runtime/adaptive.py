@@ -345,11 +345,11 @@ class Engine(Deferral):
         """Cache the segment (``cache``) and start a new one, with SIGINT deferred: a
         KeyboardInterrupt half-way would leave producer entries pointing into a new queue."""
         with deferred_interrupts():
-            recs = self.seg.records
-            self.stats["max_depth"] = max(self.stats["max_depth"], len(recs))
-            if cache and recs:
-                self.cache.insert(recs)
-                self._debug("miss", len(recs))
+            depth = self.seg.depth
+            self.stats["max_depth"] = max(self.stats["max_depth"], depth)
+            if cache and depth:
+                self.cache.insert(self.seg.records)
+                self._debug("miss", depth)
             self._reset()
 
     def _explain(self, e: Exception, n: int, where: str) -> None:

@@ -6,9 +6,9 @@ tensor for an in-place or ``out=`` op, not a tensor, or a new pending tensor of 
 and for the common op (one new tensor returned as a plain tensor) a ``FastOut``. Both are the
 extension's C types (``csrc/out_plan.cpp``), whose fields the C hot path (``csrc/deferral.cpp``)
 reads from their structs; the NamedTuples here are their references
-(``NEURON_LAB_NATIVE_DEFER=0``), with the same fields in the same order. ``identity_view`` names the earlier output a
-view of the same metadata repeats, so the deferral's storage entries name what the capture's
-did (``record._keeps_storage_entry``).
+(``NEURON_LAB_NATIVE_DEFER=0``), with the same fields in the same order. ``identity_view``
+names the earlier output a view of the same metadata repeats, so the deferral's storage entries
+name what the capture's did (``record._keeps_storage_entry``).
 """
 from __future__ import annotations
 

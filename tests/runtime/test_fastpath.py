@@ -210,6 +210,15 @@ def test_a_training_loop_defers_in_c_and_equals_cpu(compile_off):   # per-op rep
     assert any(not torch.equal(p, r) for p, r in zip(model.parameters(), ref))
 
 
+def _known_run(body, *args):
+    """``body(*args)`` run four times, a sync before each (its region is known from the second
+    run): the last run's result and its (ops deferred in C, calls passed to Python)."""
+    for _ in range(4):
+        rt.sync()
+        before = fastpath.counts()
+        got = body(*args)
+    return got, tuple(n - m for n, m in zip(fastpath.counts(), before))
+
 
 def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off):
     """An op that is not plain for every call is for some: attention with dropout_p 0 (SDPA's
@@ -231,11 +240,7 @@ def test_calls_plain_by_their_arguments_defer_in_c_as_python_decides(compile_off
     want = body(q_cpu, k_cpu, v_cpu)
     q, k, v = q_cpu.to("neuron"), k_cpu.to("neuron"), v_cpu.to("neuron")
     with rt.mode("adaptive"):
-        for _ in range(4):                       # the region is known from the second run
-            rt.sync()
-            fast, slow = fastpath.counts()
-            got = body(q, k, v)
-        fast, slow = (n - m for n, m in zip(fastpath.counts(), (fast, slow)))
+        got, (fast, slow) = _known_run(body, q, k, v)
         assert all(tensor_data.is_pending(t) for t in got)
         # sdpa, mul, _to_copy, _to_copy, add, sum: every one in C
         assert (fast, slow) == (6, 0), (fast, slow)
@@ -288,16 +293,6 @@ def test_a_nodes_first_deferral_is_in_c_too(fresh_engine, compile_off):
          output_plans.FastOut]
     assert all(n.plan is not None for n in nodes)
     assert torch.equal(got.cpu(), want)
-
-
-def _known_run(body, *args):
-    """``body(*args)`` run four times, a sync before each (its region is known from the second
-    run): the last run's result and its (ops deferred in C, calls passed to Python)."""
-    for _ in range(4):
-        rt.sync()
-        before = fastpath.counts()
-        got = body(*args)
-    return got, tuple(n - m for n, m in zip(fastpath.counts(), before))
 
 
 def test_in_place_ops_defer_in_c_and_equal_cpu(compile_off):

@@ -244,12 +244,14 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
   if (plan == nullptr) return nullptr;
   Py_ssize_t n = PyTuple_Check(plan) ? PyTuple_GET_SIZE(plan) : -1;
   long long nbytes = 0;
+  std::vector<PyObject*> callers(n > 0 ? n : 0, nullptr);   // borrowed: the caller's tensors
   for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject* spec = PyTuple_GET_ITEM(plan, k);
     long kind = out_plan::is_out_spec(spec) ? out_plan::as_out_spec(spec).kind : -1;
     if (kind == S.caller_kind) {
       const out_plan::OutSpecObject& s = out_plan::as_out_spec(spec);
-      if (s.meta != Py_None || caller_tensor(s.arg, args, kwargs) == nullptr) n = -1;
+      callers[k] = s.meta == Py_None ? caller_tensor(s.arg, args, kwargs) : nullptr;
+      if (callers[k] == nullptr) n = -1;
     } else if (kind == S.pending_kind) {
       const out_plan::OutSpecObject& s = out_plan::as_out_spec(spec);
       if (!out_meta::is_out_meta(s.meta)) {
@@ -270,8 +272,9 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
   for (Py_ssize_t k = 0; ok && k < n; ++k) {
     const out_plan::OutSpecObject& spec = out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k));
     PyObject *t = Py_NewRef(Py_None), *pair = Py_NewRef(Py_None);
-    if (spec.kind == S.caller_kind) {        // the caller's own tensor: no pair
-      Py_SETREF(t, Py_NewRef(caller_tensor(spec.arg, args, kwargs)));
+    if (spec.kind == S.caller_kind) {   // the caller's own tensor, produced here: no pair
+      Py_SETREF(t, Py_NewRef(callers[k]));
+      ok = caller_producer(producers, t, pos, k);
     } else if (spec.kind == S.pending_kind) {
       PyObject* m = spec.meta;   // an OutMeta: checked above
       PyObject* r = spec.queueable ? ref_of(pos, k) : Py_NewRef(Py_None);
@@ -288,9 +291,6 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
     PyList_SET_ITEM(outs, k, t);
     PyList_SET_ITEM(pairs, k, pair);
   }
-  for (Py_ssize_t k = 0; ok && k < n; ++k)   // in-place results are produced here
-    if (out_plan::as_out_spec(PyTuple_GET_ITEM(plan, k)).kind == S.caller_kind)
-      ok = caller_producer(producers, PyList_GET_ITEM(outs, k), pos, k);
   ok = ok && queue(f, targs, tkw, nxt, pairs, structure, records);
   PyObject* result = ok ? PyObject_CallFunctionObjArgs(S.rebuild, structure, outs, nullptr)
                         : nullptr;
