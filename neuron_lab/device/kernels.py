@@ -227,7 +227,7 @@ def use_native(ext) -> None:
         "execute": execute_py, "host": tensor_data.host, "host_error": raise_host_error,
         "track": memory.track, "wrap": tensor_data.wrap, "wrap_result": wrap_result,
         "executed": _executed, "create": torch._C._acc.create_empty_tensor,
-        "bind": tensor_data.native_bind(), "host_only": _HOST_ONLY, "tensor": Tensor})
+        "host_only": _HOST_ONLY, "tensor": Tensor})
     execute = ext.execute
 
 

@@ -92,7 +92,7 @@ def data_ptr() -> None:
         return t_ptr(self)
 
     def storage_data_ptr(self):
-        if getattr(self, "_h", 0) is None:
+        if self.device.type == "neuron" and tensor_data.storage_is_pending(self):
             module.synchronize()
         return u_ptr(self)
 

@@ -8,27 +8,30 @@ PrivateUse1 kernel registered with ``torch.library`` ~5 us/op, against ~2 us nat
 tensor also behaves exactly like a backend tensor: ``type(x) is torch.Tensor``, ``tolist()``,
 ``numpy()`` raising as on CUDA, autograd's own PrivateUse1 kernels.
 
-Where the data lives: every device tensor's *storage* object carries ``_h``, the host
-``UntypedStorage`` with the bytes; the device tensor mirrors the host tensor's size/stride/offset.
-``t._d`` caches the host view for speed (one attribute read on the hot path). PyTorch
-sometimes makes shallow copies in C++ that never pass through a kernel (``.data``, autograd's saved
-outputs, ``Parameter``); those share the StorageImpl, so ``host()`` rebuilds their view from the
-storage. ``_h is None`` marks a storage whose value the adaptive runtime has not produced yet (a
-pending output).
+Where the data lives: every device tensor's *storage* is bound, in C++, to the host
+``UntypedStorage`` with the bytes (``csrc/storage.cpp``); the device tensor mirrors the host
+tensor's size/stride/offset. ``t._d`` caches the host view for speed (one attribute read on the
+hot path); ``t._d is None`` marks a pending tensor (an adaptive output whose region has not run).
+PyTorch sometimes makes shallow copies in C++ that never pass through a kernel (``.data``,
+autograd's saved outputs, ``Parameter``); those share the StorageImpl, so ``host()`` rebuilds
+their view from the storage.
+
+A storage's state is C++'s (bound, pending, or not the device's), read through ``host_storage``
+and ``is_pending``, never an attribute of the storage's Python object: nothing here wraps a
+device storage in a Python object on an op's path, because a storage that has had one keeps a
+use count of two, and autograd then accumulates gradients in it out of place.
 
 The conjugate and negative bits (``x.conj()``, ``_neg_view``) live on the TensorImpl, not in the
 bytes: ``wrap`` copies them from the host tensor, ``_recover`` back onto a rebuilt host view.
 
 Tensors made by the direct eager kernel (``csrc/direct.cpp``: plain ops in eager mode run
-without entering Python) carry no attributes: their storage is bound to its host storage in
-C++, and ``host_storage`` finds it there the first time Python asks (then ``_h`` caches it).
+without entering Python) carry no attributes: their storage is bound in C++ like every other.
 
-A device storage has the host storage's address and size (``bind``, ``csrc/storage.cpp``): its
-``data_ptr()`` is the host buffer's address, non-zero, unique per buffer and stable, the same for
-every view of the buffer, as on any device, so libraries that tell shared from distinct storage
-by address (safetensors, ``save_pretrained``) see what they would on CUDA. A pending storage has
-no address until its value exists: ``data_ptr()`` on it is a sync point (``registry``). Without
-the native extension storages keep a null address (data_ptr() 0, as on ``meta``).
+A device storage has the host storage's address and size (``bind``): its ``data_ptr()`` is the
+host buffer's address, non-zero, unique per buffer and stable, the same for every view of the
+buffer, as on any device, so libraries that tell shared from distinct storage by address
+(safetensors, ``save_pretrained``) see what they would on CUDA. A pending storage has no address
+until its value exists: ``data_ptr()`` on it is a sync point (``patches.data_ptr``).
 """
 from __future__ import annotations
 
@@ -44,50 +47,55 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _empty = torch.empty
 _set_conj, _set_neg = torch._C._set_conj, torch._C._set_neg
 
-_bind = None             # native bind_storage(device_storage, host_storage), when built
-_bound = None            # native host_storage(device_storage): the host storage bound in C++
+_bind = None             # native bind_storage(device, host): tensors or storages
+_host_storage = None     # native host_storage(device, missing)
+_mark_pending = None     # native mark_pending(device)
+_is_pending = None       # native is_pending(device)
 _host_view = None        # native host_view(tensor): _recover's common case in C++
 _NOT_OURS = object()
 
 
-def bind(st, host_storage) -> None:
-    """Give device storage ``st`` the host storage's bytes: ``_h`` for the kernels, and (native)
-    the host buffer's address and size for ``data_ptr()``/``nbytes()``."""
-    st._h = host_storage
-    if _bind is not None:
-        _bind(st, host_storage)
-
-
 def use_native(ext) -> None:
-    global _bind, _bound, _host_view
-    _bind, _bound, _host_view = ext.bind_storage, ext.host_storage, ext.host_view
+    global _bind, _host_storage, _mark_pending, _is_pending, _host_view
+    _bind, _host_storage, _host_view = ext.bind_storage, ext.host_storage, ext.host_view
+    _mark_pending, _is_pending = ext.mark_pending, ext.is_pending
+
+
+def bind(device, host) -> None:
+    """Give the device storage of ``device`` (a tensor or storage) the bytes of ``host``'s (a
+    tensor or storage): the host buffer's address and size, which the storage keeps alive."""
+    _bind(device, host)
 
 
 def host_storage(st, missing=0):
-    """The host storage behind device storage ``st``: ``None`` for a pending output, ``missing``
-    for a storage the device did not make. Cached in ``st._h``."""
-    try:
-        return st._h
-    except AttributeError:
-        pass
-    hs = _bound(st) if _bound is not None else None
-    if hs is None:
-        return missing
-    st._h = hs
-    return hs
+    """The host storage behind device storage (or tensor) ``st``: ``None`` for a pending output,
+    ``missing`` for a storage the device did not make."""
+    return _host_storage(st, missing)
 
 
-def native_bind():
-    """The native ``bind_storage`` in use, or None."""
-    return _bind
+def mark_pending(device) -> None:
+    """Mark the storage of ``device`` (a tensor or storage) pending: no value yet."""
+    _mark_pending(device)
+
+
+def hold_storage(s: torch.Tensor) -> None:
+    """Hold the storage of device tensor ``s`` once more for the storage's life, as an eager
+    view's storage is held by its base too (``runtime.output_plans.out_plan`` says why): by its
+    Python object, which a storage keeps, with a reference, once it has had one."""
+    s.untyped_storage()
+
+
+def storage_is_pending(device) -> bool:
+    """Is the storage of ``device`` (a tensor or storage) a pending output's?"""
+    return _is_pending(device)
 
 
 def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host_storage) -> None:
     st = _from_ptr(0, DEVICE, nbytes)
     if host_storage is not None:
-        bind(st, host_storage)
+        _bind(st, host_storage)
     else:
-        st._h = None
+        _mark_pending(st)
     # CPU's set_ kernel only rewrites TensorImpl metadata; it never touches the (null) data.
     _set_storage.redispatch(_CPU, s, st, offset, size, stride)
 
@@ -95,18 +103,15 @@ def _restride_into(s: torch.Tensor, size, stride, offset: int, nbytes: int, host
 def wrap(h: torch.Tensor, hs=None) -> torch.Tensor:
     """A new device tensor for host tensor ``h`` (same size, stride, offset, dtype); ``hs``: its
     storage, if the caller has it."""
-    if hs is None:
-        hs = h.untyped_storage()
     s = _create(h.shape, h.dtype) if h.is_contiguous() and h.storage_offset() == 0 else None
     # the strides exactly, size-1 dimensions' too: a contiguous (2, 50, 1) host tensor may have
     # strides (50, 1, 50), and CPU's kernels choose their paths by them (a host view rebuilt
     # from the device tensor, as the native direct kernel builds it, must be the same tensor)
     if s is not None and s.stride() == h.stride():
-        st = s.untyped_storage()
-        st._h = hs                      # bind(st, hs), inline: wrap is on every op's path
-        if _bind is not None:
-            _bind(st, hs)
+        _bind(s, h if hs is None else hs)          # inline: wrap is on every op's path
     else:
+        if hs is None:
+            hs = h.untyped_storage()
         s = _create((0,), h.dtype)
         _restride_into(s, h.shape, h.stride(), h.storage_offset(), hs.nbytes(), hs)
     if h.is_conj():       # inline, not _copy_bits: wrap is on every op's path
@@ -131,10 +136,10 @@ def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     StorageImpl, so ``untyped_storage()``, ``torch._C._is_alias_of`` and everything keyed by
     storage (c10d's registry of in-flight collectives that ``wait_tensor`` looks up, DDP's
     bucket views) see one storage. Falls back to ``wrap`` when ``h`` is not on ``base``'s bytes."""
-    st = base.untyped_storage()
-    hs = host_storage(st, None)
+    hs = _host_storage(base, None)
     if hs is None or hs._cdata != h.untyped_storage()._cdata:
         return wrap(h)
+    st = base.untyped_storage()
     s = _create((0,), h.dtype)
     _set_storage.redispatch(_CPU, s, st, h.storage_offset(), h.shape, h.stride())
     _copy_bits(h, s)
@@ -163,8 +168,7 @@ def restride_meta(s: torch.Tensor, size, stride, offset: int) -> None:
     ``t_``/``squeeze_``): the host tensor is changed the same way when the region runs."""
     if tuple(s.shape) == tuple(size) and s.stride() == tuple(stride) and s.storage_offset() == offset:
         return
-    old = s.untyped_storage()
-    hs = host_storage(old, None)
+    hs = _host_storage(s, None)
     span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if all(size) else 0
     nbytes = max((offset + span) * s.element_size(), hs.nbytes() if hs is not None else 0)
     _restride_into(s, size, stride, offset, nbytes, hs)
@@ -178,7 +182,7 @@ def pending(size, stride, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
         span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0) if s.numel() else 0
         _restride_into(s, size, stride, offset, (offset + span) * s.element_size(), None)
     else:
-        s.untyped_storage()._h = None
+        _mark_pending(s)
     s._d = None
     return s
 
@@ -187,14 +191,14 @@ def pending_dense(size, dtype: torch.dtype) -> torch.Tensor:
     """``pending`` for a contiguous value at offset 0 (the common case, on the deferral hot
     path)."""
     s = _create(size, dtype)
-    s.untyped_storage()._h = None
+    _mark_pending(s)
     s._d = None
     return s
 
 
 def fill(s: torch.Tensor, h: torch.Tensor) -> None:
     """Give a pending tensor its value."""
-    bind(s.untyped_storage(), h.untyped_storage())
+    _bind(s, h)
     s._d = h
 
 
@@ -202,7 +206,7 @@ def is_pending(s: torch.Tensor) -> bool:
     try:
         return s._d is None
     except AttributeError:
-        return getattr(s.untyped_storage(), "_h", 0) is None   # a pending storage has _h
+        return _is_pending(s)
 
 
 def host(s: torch.Tensor) -> torch.Tensor:
@@ -233,7 +237,7 @@ def _recover(s: torch.Tensor):
         if d is not None:
             s._d = d
             return d
-    hs = host_storage(s.untyped_storage(), _NOT_OURS)
+    hs = _host_storage(s, _NOT_OURS)
     if hs is _NOT_OURS:
         raise RuntimeError(
             f"neuron: tensor of shape {tuple(s.shape)} on {s.device} has no device data "

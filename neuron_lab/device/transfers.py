@@ -43,7 +43,7 @@ def copy_from_and_resize(src: Tensor, dst: Tensor) -> Tensor:
 
 
 def set_storage(self: Tensor, source, storage_offset: int = 0, size=None, stride=None) -> Tensor:
-    """``aten::set_`` onto a *storage*: the host storage behind a neuron storage is ``_h``.
+    """``aten::set_`` onto a *storage*: onto the host storage the neuron storage is bound to.
     Reached by ``torch.load(..., map_location='neuron')`` (``_rebuild_tensor``)."""
     src = getattr(source, "_untyped_storage", source)
     hs = tensor_data.host_storage(src, None)

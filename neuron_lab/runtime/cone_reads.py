@@ -31,7 +31,7 @@ import torch
 from ..device import tensor_data
 from ..device.executor import host_device
 from .pending import fill
-from .record import Ref
+from .record import Ref, storage_id
 from .replay import _reads, run_one
 
 Tensor = torch.Tensor
@@ -71,7 +71,7 @@ def written_storages(records) -> tuple[set, bool]:
             for a in _written(rec):
                 own = own or next(_reads(a, Ref), None) is not None
                 for t in _tensors(a):
-                    out.add(id(t.untyped_storage()))
+                    out.add(storage_id(t))
     return out, own
 
 
@@ -94,7 +94,7 @@ def _cone(records: list, positions) -> list | None:
 
 def _independent(t: Tensor, writes: set) -> bool:
     """Does ``t`` hold its value now, with no queued launch writing it?"""
-    return not tensor_data.is_pending(t) and id(t.untyped_storage()) not in writes
+    return not tensor_data.is_pending(t) and storage_id(t) not in writes
 
 
 def serve(engine, f, args, kwargs) -> bool:

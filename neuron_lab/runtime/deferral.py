@@ -25,7 +25,7 @@ from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
 from .output_plans import CALLER, PENDING, derive
-from .record import producer_entry, queued_op, rebuild, ref, weak_ref
+from .record import producer_entry, queued_op, rebuild, ref, storage_id, storage_ref, weak_ref
 from .segment import Segment
 
 Tensor = torch.Tensor
@@ -33,7 +33,6 @@ _executed = tracking.executed
 # _defer's device tensors for several outputs: pending_tensors.cpp where the extension is built
 _pending = core.implementation("pending", tensor_data.pending)
 _pending_dense = core.implementation("pending_dense", tensor_data.pending_dense)
-_create = torch._C._acc.create_empty_tensor
 
 
 class Deferral:
@@ -68,14 +67,15 @@ class Deferral:
                 m = spec.meta
                 t = (_pending_dense(m.size, m.dtype) if spec.dense
                      else _pending(m.size, m.stride, m.dtype, m.offset))
-                st = t.untyped_storage()
-                tr, sr = weak_ref(t), weak_ref(st)
+                if spec.view:
+                    tensor_data.hold_storage(t)
+                tr, sr = weak_ref(t), storage_ref(t)
                 outs.append(t)
                 pairs.append((tr, sr))
                 if spec.queueable:
                     r = ref(pos, k)
                     prod[id(t)] = producer_entry(pos, k, tr, r)
-                    prod[id(st)] = producer_entry(pos, k, sr, r)
+                    prod[storage_id(t)] = producer_entry(pos, k, sr, r)
             elif kind == CALLER:                           # in-place / out=: caller's tensor
                 a = spec.arg
                 t = args[a] if type(a) is int else kwargs[a]
@@ -112,23 +112,21 @@ class Deferral:
             if seg.queued_bytes > seg.headroom:
                 self._admit_pending(f, fast.nbytes)
         if fast.dense:
-            t = _create(fast.size, fast.dtype)    # tensor_data.pending_dense, inline
-            st = t.untyped_storage()
-            st._h = None
-            t._d = None
+            t = _pending_dense(fast.size, fast.dtype)
         else:
             t = _pending(fast.size, fast.stride, fast.dtype, fast.offset)
-            st = t.untyped_storage()
-        tr, sr = weak_ref(t), weak_ref(st)
+        if fast.view:
+            tensor_data.hold_storage(t)
+        tr, sr = weak_ref(t), storage_ref(t)
         if fast.queueable:
             prod = seg.producers
             prod[id(t)] = producer_entry(pos, 0, tr, fast.ref)
             same = fast.same_as
             if same is None:
-                prod[id(st)] = producer_entry(pos, 0, sr, fast.ref)
+                prod[storage_id(t)] = producer_entry(pos, 0, sr, fast.ref)
             else:                          # an identity view: its storage names the first
                 p, k = pos - same[0], same[1]
-                prod[id(st)] = producer_entry(p, k, sr, ref(p, k))
+                prod[storage_id(t)] = producer_entry(p, k, sr, ref(p, k))
         seg.append(queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
                              nxt.where, nxt.plan))
         seg.node = nxt

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import kernels, tracking
+from ..device import kernels, tensor_data, tracking
 from ..device.dtypes import HOST_ONLY
 from . import adaptive, host_scalars, output_plans, record, verdict
 from .core import extension
@@ -71,6 +71,7 @@ def runtime_for(engine: adaptive.Engine):
         "pending_kind": output_plans.PENDING,
         "not_tensor_kind": output_plans.NOT_TENSOR, "caller_kind": output_plans.CALLER,
         "device_storage": torch._C._acc.create_empty_tensor((0,), torch.uint8).untyped_storage(),
+        "pending_storage": tensor_data.pending_dense((0,), torch.uint8).untyped_storage(),
         "execute": kernels.execute,
         "run_now": kernels.run_now, "run_boxed_call": kernels._run_boxed_call,
         "host_copied": host_scalars.copied,

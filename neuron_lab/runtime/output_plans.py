@@ -18,7 +18,7 @@ import torch
 
 from ..device.dtypes import HOST_ONLY
 from . import core
-from .record import OutMeta, Ref, ref
+from .record import OutMeta, Ref, ref, storage_id
 
 
 # OutSpec.kind: how a deferred op hands out one output
@@ -31,13 +31,15 @@ PENDING = 2     # a new pending tensor shaped by ``meta``; ``nbytes`` fresh byte
 class _OutSpec(NamedTuple):
     """How one output of a trie node's op is made when the op is deferred (``out_plan``).
     ``dense``: a contiguous pending tensor at offset 0 (made without restriding); ``queueable``:
-    its dtype may be an argument of a later queued op (not a host-only dtype)."""
+    its dtype may be an argument of a later queued op (not a host-only dtype); ``view``: the op
+    returns a view of an argument (see ``out_plan``)."""
     kind: int
     arg: int | str | None
     meta: OutMeta | None
     nbytes: int
     dense: bool = False
     queueable: bool = True
+    view: bool = False
 
 
 OutSpec = core.implementation("OutSpec", _OutSpec)
@@ -56,7 +58,7 @@ class _FastOut(NamedTuple):
     a plain tensor (``Engine._defer_one``); ``dense``: contiguous at offset 0 (no restride);
     ``nbytes`` 0 for a view. ``same_as``: None, or (distance back, output) of the earlier
     output this one is an identity view of (``identity_view``): its storage entry names that
-    output, as the capture's does."""
+    output, as the capture's does. ``view``: as ``OutSpec.view``."""
     size: tuple
     stride: tuple
     offset: int
@@ -66,6 +68,7 @@ class _FastOut(NamedTuple):
     queueable: bool
     ref: Ref
     same_as: tuple | None = None
+    view: bool = False
 
 
 FastOut = core.implementation("FastOut", _FastOut)
@@ -80,7 +83,7 @@ def fast_out(plan: tuple, structure, pos: int, same_as: tuple | None = None) -> 
         return None
     m = spec.meta
     return FastOut(m.size, m.stride, m.offset, m.dtype, spec.nbytes, spec.dense, spec.queueable,
-                   ref(pos, 0), same_as)
+                   ref(pos, 0), same_as, spec.view)
 
 
 def identity_view(facts, key, meta: OutMeta, pos: int, seg):
@@ -103,16 +106,25 @@ def identity_view(facts, key, meta: OutMeta, pos: int, seg):
     if src.metas[kk] != meta:
         return None
     pair = src.outs[kk]
-    st = pair[1]() if pair is not None else None
-    p = seg.producers.get(id(st)) if st is not None else None
-    if p is None or p.obj() is not st:
+    sid = storage_id(pair[1]) if pair is not None else None
+    p = seg.producers.get(sid) if sid is not None else None
+    if p is None or storage_id(p.obj) != sid:
         return d, kk
     return pos - p.pos, p.k
 
 
 def out_plan(facts, metas) -> tuple[OutSpec, ...]:
     """One ``OutSpec`` per output of an op with output metadata ``metas`` (derived once per trie
-    node, on its first deferral)."""
+    node, on its first deferral).
+
+    A pending output has a storage of its own, even for a view; in eager mode (and so in the
+    capture) a view shares its base's storage, which the view's autograd metadata keeps alive
+    (``_base``): the storage's use count is two while the view lives. Autograd accumulates a
+    gradient in place only into a tensor whose storage's use count is one, so a view gradient
+    is accumulated out of place in eager mode. A pending view (``OutSpec.view``) holds its
+    storage twice for its life (``tensor_data.hold_storage``), so every pass of a step runs the
+    same accumulating op as the capture did (``add``, not ``add_``), and the step's ops stay
+    the region's."""
     plan = []
     for i, m in enumerate(metas):
         alias = facts.ret_alias[i] if i < len(facts.ret_alias) else None
@@ -126,7 +138,7 @@ def out_plan(facts, metas) -> tuple[OutSpec, ...]:
                 numel *= n
             dense = m.offset == 0 and tuple(m.stride) == contiguous_strides(m.size)
             plan.append(OutSpec(PENDING, None, m, 0 if alias else numel * m.dtype.itemsize,
-                                dense, m.dtype not in HOST_ONLY))
+                                dense, m.dtype not in HOST_ONLY, alias is not None))
     return tuple(plan)
 
 

@@ -37,7 +37,7 @@ def unfilled(ref_pair) -> bool:
     if t is not None:
         return t.__dict__.get("_d", 0) is None
     st = ref_pair[1]()
-    return st is not None and getattr(st, "_h", 0) is None
+    return st is not None and tensor_data.storage_is_pending(st)
 
 
 def unfilled_bytes(records: list) -> int:
@@ -65,8 +65,8 @@ def fill(target, h: Tensor) -> None:
     if is_tensor:
         if target.__dict__.get("_d", 0) is None:
             tensor_data.fill(target, h)
-    elif getattr(target, "_h", 0) is None:   # only a storage survives (autograd's saved copy)
-        tensor_data.bind(target, st)
+    elif tensor_data.storage_is_pending(target):   # only a storage survives (autograd's saved
+        tensor_data.bind(target, st)               # copy)
 
 
 def live_outputs_py(records: list) -> set:

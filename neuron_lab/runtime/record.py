@@ -72,7 +72,7 @@ weak_ref = core.implementation("weak_ref", weakref.ref)
 
 class _Produced(NamedTuple):
     """A producers-map entry (``Engine.seg.producers``, keyed by ``id`` of an output tensor, by
-    ``id`` of a pending output's storage, or by a captured output's ``storage_key``): which op
+    ``storage_id`` of a pending output's storage, or by a captured output's ``storage_key``): which op
     of the segment made it, a weak reference that tells a live object from a new one reusing
     the id, and the argument template naming it. The reference ``NEURON_LAB_NATIVE_DEFER=0``
     runs with; the extension's ``Produced`` (``csrc/produced.cpp``) has the same fields in a C
@@ -95,19 +95,41 @@ if Produced is not _Produced:
     producer_entry = Produced    # noqa: F811 - the C type's constructor takes them as they are
 
 
-def storage_key(st, meta: "OutMeta") -> tuple:
-    """The key of a captured output's storage entry: a view shares its base's storage, so the
-    storage alone does not name the output a shallow copy stands for; its metadata does."""
-    return id(st), meta
+def _storage_ref(t):
+    return weakref.ref(t.untyped_storage())
 
 
-def storage_entry(producers: dict, st, meta: "OutMeta"):
-    """The live producer entry of storage ``st`` seen with metadata ``meta``, or None: a
-    captured output's (``storage_key``) first, it is the later producer in a segment that
-    captured after it deferred, else a pending output's (``id(st)``)."""
-    for key in (storage_key(st, meta), id(st)):
+def _storage_id(o):
+    if isinstance(o, weakref.ref):
+        o = o()
+        return None if o is None else o._cdata
+    return (o if isinstance(o, torch.UntypedStorage) else o.untyped_storage())._cdata
+
+
+# A storage's weak reference and identity, from its tensor: the extension's make no Python object
+# for the storage (csrc/weak_outputs.cpp), because a storage that has had one keeps a use count
+# of two for good, and autograd then accumulates gradients in it out of place. The references
+# below, for NEURON_LAB_NATIVE_DEFER=0, do make one.
+storage_ref = core.implementation("storage_ref", _storage_ref)
+storage_id = core.implementation("storage_id", _storage_id)
+
+
+def storage_key(t, meta: "OutMeta") -> tuple:
+    """The key of a captured output's storage entry, from the output ``t``: a view shares its
+    base's storage, so the storage alone does not name the output a shallow copy stands for;
+    its metadata does. A storage is keyed by its StorageImpl (``storage_id``), never by ``id``
+    of its Python object."""
+    return storage_id(t), meta
+
+
+def storage_entry(producers: dict, t, meta: "OutMeta"):
+    """The live producer entry of the storage of ``t`` (a tensor) seen with metadata ``meta``,
+    or None: a captured output's (``storage_key``) first, it is the later producer in a segment
+    that captured after it deferred, else a pending output's (``storage_id``)."""
+    sid = storage_id(t)
+    for key in ((sid, meta), sid):
         p = producers.get(key)
-        if p is not None and p.obj() is st:
+        if p is not None and storage_id(p.obj) == sid:
             return p
     return None
 
@@ -120,8 +142,7 @@ def _by_storage(a: Tensor, producers: dict):
     a cached host view can be such copies."""
     if "_d" in a.__dict__:
         return None
-    st = a.untyped_storage()
-    p = storage_entry(producers, st, out_meta(a))
+    p = storage_entry(producers, a, out_meta(a))
     if p is None:
         return None
     producers[id(a)] = producer_entry(p.pos, p.k, weak_ref(a), p.ref)
@@ -317,8 +338,7 @@ def record_run_py(facts, targs, tkw, key, out, where, seg) -> None:
             producers[id(t)] = producer_entry(pos, k, weak_ref(t), r)
             if _keeps_storage_entry(t, metas[k], structure, targs, tkw, seg):
                 continue
-            st = t.untyped_storage()
-            producers[storage_key(st, metas[k])] = producer_entry(pos, k, weak_ref(st), r)
+            producers[storage_key(t, metas[k])] = producer_entry(pos, k, storage_ref(t), r)
 
 
 def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, seg) -> bool:
@@ -338,7 +358,7 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, seg) -
     src = targs[0]
     if seg.record(src.pos).metas[src.k] != meta:
         return False
-    return storage_entry(seg.producers, t.untyped_storage(), meta) is not None
+    return storage_entry(seg.producers, t, meta) is not None
 
 
 def rebuild(structure, outs: list):

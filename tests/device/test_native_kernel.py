@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import neuron_lab
-from neuron_lab.device import kernels, memory, registry, tracking
+from neuron_lab.device import kernels, memory, registry, tensor_data, tracking
 from neuron_lab.device.op_facts import facts
 
 pytestmark = pytest.mark.skipif(registry._native is None, reason="native extension not built")
@@ -53,7 +53,7 @@ def test_c_execute_equals_the_python_reference(op, make, kwargs):
         lambda a: a.cpu() if isinstance(a, torch.Tensor) else a, list(args)), **kwargs)
     assert torch.equal(got.cpu(), cpu)
     assert got.untyped_storage().data_ptr() != 0               # bound to its host bytes
-    assert memory.is_counted(got.untyped_storage()._h)        # its host bytes are counted
+    assert memory.is_counted(tensor_data.host_storage(got))     # its host bytes are counted
 
 
 def test_a_new_tensor_from_the_c_path_is_counted_and_freed():

@@ -142,7 +142,7 @@ def test_shallow_copy_of_an_output_is_found_by_its_storage():
     import weakref
     r = record.ref(1, 0)
     st = made.untyped_storage()
-    producers[id(st)] = record.Produced(1, 0, weakref.ref(st), r)
+    producers[st._cdata] = record.Produced(1, 0, weakref.ref(st), r)   # a storage's key
     if "_d" in copy.__dict__:
         pytest.skip("this build caches host views on shallow copies")
     f = facts(aten.neg.default)
@@ -485,8 +485,8 @@ def test_a_pending_output_made_in_c_is_the_tensor_python_makes():
             st = t.untyped_storage()
             assert (t.device, t.dtype, t.shape, t.stride(), t.requires_grad) == (
                 torch.device("neuron", 0), torch.float32, (3, 4), (4, 1), False)
-            assert (st.device, st.nbytes(), t.__dict__.get("_d", 0), getattr(st, "_h", 0)) == (
-                torch.device("neuron", 0), 0, None, None)
+            assert (st.device, st.nbytes(), t.__dict__.get("_d", 0),
+                    tensor_data.storage_is_pending(t)) == (torch.device("neuron", 0), 0, None, True)
         assert tensor_data.is_pending(y)
         rt.sync()
     assert torch.equal(y.cpu(), (x_cpu * 2.0).tanh().add(1.0))
@@ -510,7 +510,8 @@ def test_a_strided_pending_output_made_in_c_is_the_tensor_python_makes():
             st = t.untyped_storage()
             assert (t.shape, t.stride(), t.storage_offset()) == ((5, 2), (1, 12), 1)
             assert (st.device, st.nbytes(), st.resizable(), t.__dict__.get("_d", 0),
-                    getattr(st, "_h", 0)) == (torch.device("neuron", 0), 4 * 18, False, None, None)
+                    tensor_data.storage_is_pending(t)) == (
+                torch.device("neuron", 0), 4 * 18, False, None, True)
         rt.sync()
     assert torch.equal(y.cpu(), (x_cpu * 2.0).t()[1:, ::2])
 
@@ -534,7 +535,7 @@ def test_pending_shells_made_in_c_are_the_shells_python_makes(size, stride, offs
                       tensor_data.pending_dense(size, torch.float16)))
     for got, want in pairs:
         for t in (got, want):
-            assert t.__dict__.get("_d", 0) is None and getattr(t.untyped_storage(), "_h", 0) is None
+            assert t.__dict__.get("_d", 0) is None and tensor_data.storage_is_pending(t)
         g, w = got.untyped_storage(), want.untyped_storage()
         assert (got.shape, got.stride(), got.storage_offset(), got.dtype, got.device) == \
             (want.shape, want.stride(), want.storage_offset(), want.dtype, want.device)
@@ -621,10 +622,10 @@ def test_the_c_types_carry_their_references_fields_in_order():
     q = record.QueuedOp("facts", "args", "kwargs", "key", "outs", "metas", "structure", "where",
                         "plan")
     assert [getattr(q, f) for f in record._QueuedOp._fields] == list(record._QueuedOp._fields)
-    spec = output_plans.OutSpec(2, "arg", "meta", 64, True, False)
+    spec = output_plans.OutSpec(2, "arg", "meta", 64, True, False, True)
     assert [getattr(spec, f) for f in output_plans._OutSpec._fields] == \
-        [2, "arg", "meta", 64, True, False]
+        [2, "arg", "meta", 64, True, False, True]
     fast = output_plans.FastOut((2, 8), (8, 1), 0, torch.float32, 64, True, True,
-                                record.ref(3, 0), (1, 0))
+                                record.ref(3, 0), (1, 0), True)
     assert [getattr(fast, f) for f in output_plans._FastOut._fields] == \
-        [(2, 8), (8, 1), 0, torch.float32, 64, True, True, record.ref(3, 0), (1, 0)]
+        [(2, 8), (8, 1), 0, torch.float32, 64, True, True, record.ref(3, 0), (1, 0), True]

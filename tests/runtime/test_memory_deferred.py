@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import neuron_lab
+from neuron_lab.device import tensor_data
 from neuron_lab.runtime import knobs
 
 N = 4096          # floats: 16 KiB per output
@@ -28,7 +29,7 @@ def test_deferred_outputs_counted_at_issue(compile_off, fresh_engine):
     gc.collect()
     base = torch.neuron.memory_allocated()
     y = _step(x)                                          # deferred: nothing has run yet
-    assert fresh_engine.seg.records and y.untyped_storage()._h is None
+    assert fresh_engine.seg.records and tensor_data.storage_is_pending(y)
     assert torch.neuron.memory_allocated() == base + N * 4   # temporaries died: only y counts
     assert torch.accelerator.memory.memory_allocated() == torch.neuron.memory_allocated()
     neuron_lab.sync()                                     # the region runs: same bytes, now real
@@ -120,7 +121,7 @@ def test_a_reported_pending_value_is_never_above_the_peak(compile_off, fresh_eng
     base = torch.neuron.memory_allocated()
     a = x * 2                                    # two live pending outputs
     b = a + 1
-    assert fresh_engine.seg.records and b.untyped_storage()._h is None
+    assert fresh_engine.seg.records and tensor_data.storage_is_pending(b)
     now = torch.neuron.memory_allocated()
     assert now == base + 2 * N * 4
     assert torch.neuron.max_memory_allocated() >= now

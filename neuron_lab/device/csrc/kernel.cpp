@@ -13,7 +13,11 @@
 // view ``_d``, else tensor_data.host), the host op, memory.track, and tensor_data.wrap's contiguous
 // case.
 // Anything else, and every error, goes to the Python functions, which stay the reference.
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
+
 #include "python_objects.h"
+#include "storages.h"
 
 namespace py = pybind11;
 
@@ -30,12 +34,11 @@ struct Eager {
   PyObject* wrap_result = nullptr; // kernels.wrap_result(facts, out, args, kwargs)
   PyObject* executed = nullptr;    // tracking.executed (a Counter)
   PyObject* create = nullptr;      // torch._C._acc.create_empty_tensor
-  PyObject* bind = nullptr;        // the native bind_storage, or None
   PyObject* host_only = nullptr;   // dtypes.HOST_ONLY
   PyTypeObject* tensor = nullptr;  // torch.Tensor
 };
 Eager E;
-PyObject *s_plain, *s_call, *s_name, *s_d, *s_h, *s_is_cpu, *s_dim, *s_dtype, *s_shape, *s_stride,
+PyObject *s_plain, *s_call, *s_name, *s_d, *s_is_cpu, *s_dim, *s_dtype, *s_shape, *s_stride,
     *s_is_contiguous, *s_storage_offset, *s_untyped_storage, *s_is_conj, *s_is_neg;
 
 PyObject* general(PyObject* f, PyObject* args, PyObject* kwargs) {
@@ -134,15 +137,11 @@ PyObject* wrap_new(PyObject* h, PyObject* hs) {
     PyObject* argv[2] = {h, hs};
     return PyObject_Vectorcall(E.wrap, argv, 2, nullptr);
   }
-  PyObject* st = PyObject_CallMethodNoArgs(s, s_untyped_storage);
-  bool ok = st != nullptr && PyObject_SetAttr(st, s_h, hs) == 0;
-  if (ok && E.bind != Py_None) {
-    PyObject* r = PyObject_CallFunctionObjArgs(E.bind, st, hs, nullptr);
-    ok = r != nullptr;
-    Py_XDECREF(r);
-  }
-  Py_XDECREF(st);
-  if (!ok || PyObject_SetAttr(s, s_d, h) < 0) {
+  // bound in C++, with no Python object for the device storage (storage.cpp says why); ``hs``
+  // is the host tensor's untyped_storage()
+  bind(THPVariable_Unpack(s).storage().unsafeGetStorageImpl(),
+       THPStorage_Unpack(hs).unsafeGetStorageImpl());
+  if (PyObject_SetAttr(s, s_d, h) < 0) {
     Py_DECREF(s);
     return nullptr;
   }
@@ -226,7 +225,6 @@ void configure_execute(py::dict o) {
   hold(E.wrap_result, o["wrap_result"]);
   hold(E.executed, o["executed"]);
   hold(E.create, o["create"]);
-  hold(E.bind, o["bind"]);
   hold(E.host_only, o["host_only"]);
   hold(E.tensor, o["tensor"]);
   if (!PyDict_Check(E.executed)) throw py::type_error("neuron_lab: executed must be a dict");
@@ -262,7 +260,6 @@ void init_kernel(py::module_& m) {
   s_call = intern("call");
   s_name = intern("name");
   s_d = intern("_d");
-  s_h = intern("_h");
   s_is_cpu = intern("is_cpu");
   s_dim = intern("dim");
   s_dtype = intern("dtype");

@@ -17,6 +17,19 @@ c10::DataPtr bound_data_ptr(c10::intrusive_ptr<c10::StorageImpl> host);
 // (no value yet) or a storage the device did not make.
 c10::StorageImpl* bound_host(const c10::StorageImpl& s);
 
+// Bind neuron storage `device` to `host` (bound_data_ptr), with the host storage's size.
+void bind(c10::StorageImpl* device, c10::StorageImpl* host);
+
+// The deleter that marks a pending storage's DataPtr (never called: the DataPtr has no
+// context). The runtime's extension reads it off a storage the device marked pending.
+void pending_marker(void*);
+
+// A pending output's DataPtr on `device`: no address, `pending_marker` as its deleter.
+c10::DataPtr pending_data_ptr(c10::Device device);
+
+// Is neuron storage `s` a pending output's (pending_data_ptr), with no value yet?
+bool is_pending(const c10::StorageImpl& s);
+
 // Count host storage `s` as device memory (accounting.cpp): the bytes added, or -1 if that
 // would pass `capacity` (>= 0; -1: no limit). Python's count_storage is this.
 int64_t count_storage(c10::StorageImpl* s, int64_t capacity);

@@ -65,7 +65,7 @@ namespace deferral {
 State S;
 
 // interned names
-PyObject *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu,
+PyObject *s_name, *s_d, *s_r, *s_ints, *s_t, *s_memory, *s_is_cpu,
     *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_launches_per_op, *s_ops_per_op,
     *s_queue_limit_reason, *s_device;
 
@@ -111,38 +111,50 @@ bool admit(PyObject* f, long long n) {
 // The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
 // for an identity view of output ``same_k`` of the op ``same_back`` back (same_back >= 0,
 // output_plans.identity_view) the output it repeats. False with an exception set.
-bool storage_producer(PyObject* producers, PyObject* st, PyObject* sr, Py_ssize_t pos, long k,
-                      PyObject* r, Py_ssize_t same_back, Py_ssize_t same_k) {
-  if (same_back < 0) return set_producer(producers, st, pos, k, sr, r);
+bool storage_producer(PyObject* producers, const c10::Storage& st, PyObject* sr, Py_ssize_t pos,
+                      long k, PyObject* r, Py_ssize_t same_back, Py_ssize_t same_k) {
+  if (same_back < 0) return set_storage_producer(producers, st, pos, k, sr, r);
   PyObject* rr = ref_of(pos - same_back, same_k);
-  bool ok = rr != nullptr && set_producer(producers, st, pos - same_back, same_k, sr, rr);
+  bool ok = rr != nullptr && set_storage_producer(producers, st, pos - same_back, same_k, sr, rr);
   Py_XDECREF(rr);
   return ok;
 }
 
-// One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype): the
-// tensor (new reference in ``*t``), its (tensor, storage) weak pair (``*pair``) and, for a dtype
-// a later queued op may take, its producer entries under id(tensor) and id(storage) with the
-// Ref ``r`` (the storage's: see storage_producer). False with an exception set.
+// A pending view's storage is held twice for its life, as an eager view's is (its base holds
+// it too): output_plans.out_plan says why. Its Python object does it (tensor_data.hold_storage):
+// a storage that has had one keeps a reference from it while the storage lives. False with an
+// exception set.
+bool hold_storage(const c10::Storage& st) {
+  PyObject* o = THPStorage_Wrap(st);
+  Py_XDECREF(o);
+  return o != nullptr;
+}
+
+// One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype; ``view``:
+// the op returns a view of an argument): the tensor (new reference in ``*t``), its (tensor,
+// storage) weak pair (``*pair``) and, for a dtype a later queued op may take, its producer
+// entries under id(tensor) and its storage's address with the Ref ``r`` (the storage's: see
+// storage_producer). False with an exception set.
 bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
-                    bool dense, bool queueable, Py_ssize_t pos, long k, PyObject* r,
+                    bool dense, bool queueable, bool view, Py_ssize_t pos, long k, PyObject* r,
                     Py_ssize_t same_back, Py_ssize_t same_k, PyObject* producers, PyObject** t,
                     PyObject** pair) {
-  PyObject* st = nullptr;
+  c10::Storage st;
   *t = *pair = nullptr;
   if (!new_pending(size, stride, offset, dtype, dense, t, &st)) return false;
-  // tensor_data.pending's two attributes
-  bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(*t, s_d) != nullptr;
-  PyObject* tr = ok ? weak_ref(*t) : nullptr;
-  PyObject* sr = tr ? weak_ref(st) : nullptr;
-  ok = sr != nullptr;
+  if (view && !hold_storage(st)) {
+    Py_CLEAR(*t);
+    return false;
+  }
+  PyObject* tr = weak_ref(*t);
+  PyObject* sr = tr ? weak_storage_ref(st) : nullptr;
+  bool ok = sr != nullptr;
   if (ok && queueable)
     ok = set_producer(producers, *t, pos, k, tr, r) &&
          storage_producer(producers, st, sr, pos, k, r, same_back, same_k);
   if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
   Py_XDECREF(tr);
   Py_XDECREF(sr);
-  Py_DECREF(st);
   if (*pair == nullptr) Py_CLEAR(*t);
   return *pair != nullptr;
 }
@@ -186,7 +198,7 @@ PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
   if (!admit(f, fast.nbytes)) return nullptr;
   PyObject *t, *pair;
   if (!pending_output(fast.size, fast.stride, fast.offset, fast.dtype, fast.dense,
-                      fast.queueable, pos, 0, fast.ref, fast.same_back, fast.same_k, producers,
+                      fast.queueable, fast.view, pos, 0, fast.ref, fast.same_back, fast.same_k, producers,
                       &t, &pair))
     return nullptr;
   PyObject* outs = untracked(PyList_New(1));
@@ -283,7 +295,8 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
       using out_meta::field;
       ok = r != nullptr && pending_output(field(m, out_meta::SIZE), field(m, out_meta::STRIDE),
                                           field(m, out_meta::OFFSET), field(m, out_meta::DTYPE),
-                                          spec.dense, spec.queueable, pos, static_cast<long>(k),
+                                          spec.dense, spec.queueable, spec.view, pos,
+                                          static_cast<long>(k),
                                           r, -1, 0, producers, &t, &pair);
       Py_XDECREF(r);
       if (!ok) break;
@@ -724,6 +737,8 @@ void configure(py::dict o) {
   const c10::Storage& device_storage = THPStorage_Unpack(o["device_storage"].ptr());
   S.allocator = device_storage.unsafeGetStorageImpl()->allocator();
   S.device = device_storage.device();
+  const c10::Storage& pending_storage = THPStorage_Unpack(o["pending_storage"].ptr());
+  S.pending_marker = pending_storage.data_ptr().get_deleter();
   hold(S.tensor, o["tensor"]);
   hold(S.execute, o["execute"]);
   hold(S.py_launch, o["launch"]);
@@ -754,8 +769,6 @@ void configure(py::dict o) {
 void init_deferral(py::module_& m) {
   using namespace deferral;
   s_name = intern("name");
-  s_untyped_storage = intern("untyped_storage");
-  s_h = intern("_h");
   s_d = intern("_d");
   s_r = intern("r");
   s_ints = intern("ints");

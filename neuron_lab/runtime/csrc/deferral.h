@@ -43,6 +43,8 @@ struct State {
   bool adaptive_mode = false;        // knobs.MODE is "adaptive" (set_adaptive)
   c10::Allocator* allocator = nullptr;   // create_empty_tensor's storages: their allocator and
   c10::Device device{c10::DeviceType::PrivateUse1, 0};   // device (an empty DataPtr's)
+  c10::DeleterFnPtr pending_marker = nullptr;   // a pending storage's DataPtr deleter (the
+                                                // device's storages.h), read off one it marked
   PyTypeObject* tensor = nullptr;    // torch.Tensor
   PyObject* execute = nullptr;       // the device's kernels.execute (eager mode)
   PyObject* py_launch = nullptr;     // Engine.launch (the Python path), bound
@@ -69,7 +71,7 @@ extern State S;
 
 // interned strings (init_deferral): tensor API names, the device tensor's attributes (_h, _d), key
 // tags, counter keys and flush reasons
-extern PyObject *s_name, *s_untyped_storage, *s_h, *s_d, *s_r, *s_ints, *s_t, *s_memory,
+extern PyObject *s_name, *s_d, *s_r, *s_ints, *s_t, *s_memory,
     *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_storage_offset, *s_x, *s_launches_per_op,
     *s_ops_per_op, *s_queue_limit_reason, *s_device;
 
@@ -83,10 +85,11 @@ PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos
 // call cannot be queued (describe then says which), -1 with an exception set.
 int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
               bool floats, PyObject* key, PyObject** targs, PyObject** tkw);
-// pending_tensors.cpp: a pending tensor of a FastOut's size, stride, offset and dtype; (tensor,
-// storage) as new references, or false with an exception set.
+// pending_tensors.cpp: a pending tensor of a FastOut's size, stride, offset and dtype (a new
+// reference in ``*t``), with ``_d = None``, and its storage (``*st``, which gets no Python
+// object); false with an exception set.
 bool new_pending(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
-               PyObject** t, PyObject** st);
+                 PyObject** t, c10::Storage* st);
 
 // ``o.name = None``: ``o``, or nullptr with an exception set.
 PyObject* set_attr_none(PyObject* o, PyObject* name);

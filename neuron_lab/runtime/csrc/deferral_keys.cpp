@@ -45,21 +45,11 @@ PyObject* producer_of(PyObject* a, PyObject* producers) {
       return nullptr;
     }
   }
-  PyObject* st = PyObject_CallMethodNoArgs(a, s_untyped_storage);
-  if (st == nullptr) {
-    Py_DECREF(id);
-    return nullptr;
-  }
-  PyObject* meta = out_meta_of(a);
-  p = meta ? storage_entry(producers, st, meta) : nullptr;
-  Py_XDECREF(meta);
-  if (p == nullptr) {
-    Py_DECREF(st);
-    Py_DECREF(id);
-    return nullptr;
-  }
-  Py_DECREF(st);
   Py_DECREF(id);
+  PyObject* meta = out_meta_of(a);
+  p = meta ? storage_entry(producers, THPVariable_Unpack(a).storage(), meta) : nullptr;
+  Py_XDECREF(meta);
+  if (p == nullptr) return nullptr;
   const produced::ProducedObject& e = produced::as_produced(p);
   bool ok = set_producer(producers, a, e.pos, e.k, nullptr, e.ref);
   return ok ? p : nullptr;   // p stays alive: it is still the storage's entry

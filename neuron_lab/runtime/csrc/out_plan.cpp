@@ -1,7 +1,7 @@
 // output_plans.OutSpec and output_plans.FastOut as C types (out_plan.h):
-// ``_runtime_ext.OutSpec(kind, arg, meta, nbytes, dense=False, queueable=True)`` and
+// ``_runtime_ext.OutSpec(kind, arg, meta, nbytes, dense=False, queueable=True, view=False)`` and
 // ``_runtime_ext.FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref,
-// same_as=None)``, with the Python references' field names and order; they pickle as those
+// same_as=None, view=False)``, with the Python references' field names and order; they pickle as those
 // calls.
 #include "out_plan.h"
 
@@ -25,13 +25,14 @@ void spec_dealloc(PyObject* self) {
 }
 
 PyObject* spec_new(PyTypeObject*, PyObject* args, PyObject* kwargs) {
-  static const char* names[] = {"kind", "arg", "meta", "nbytes", "dense", "queueable", nullptr};
+  static const char* names[] = {"kind", "arg", "meta", "nbytes", "dense", "queueable", "view",
+                                nullptr};
   long kind = 0;
   PyObject *arg = nullptr, *meta = nullptr;
   Py_ssize_t nbytes = 0;
-  int dense = 0, queueable = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lOOn|pp:OutSpec", const_cast<char**>(names),
-                                   &kind, &arg, &meta, &nbytes, &dense, &queueable))
+  int dense = 0, queueable = 1, view = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lOOn|ppp:OutSpec", const_cast<char**>(names),
+                                   &kind, &arg, &meta, &nbytes, &dense, &queueable, &view))
     return nullptr;
   PyObject* self = OutSpecType.tp_alloc(&OutSpecType, 0);
   if (self == nullptr) return nullptr;
@@ -42,20 +43,23 @@ PyObject* spec_new(PyTypeObject*, PyObject* args, PyObject* kwargs) {
   s->nbytes = nbytes;
   s->dense = dense;
   s->queueable = queueable;
+  s->view = view;
   return self;
 }
 
 PyObject* spec_repr(PyObject* self) {
   const OutSpecObject& s = as_out_spec(self);
   return PyUnicode_FromFormat("OutSpec(kind=%ld, arg=%R, meta=%R, nbytes=%zd, dense=%s, "
-                              "queueable=%s)", s.kind, s.arg, s.meta, s.nbytes,
-                              s.dense ? "True" : "False", s.queueable ? "True" : "False");
+                              "queueable=%s, view=%s)", s.kind, s.arg, s.meta, s.nbytes,
+                              s.dense ? "True" : "False", s.queueable ? "True" : "False",
+                              s.view ? "True" : "False");
 }
 
 PyObject* spec_reduce(PyObject* self, PyObject*) {
   const OutSpecObject& s = as_out_spec(self);
-  return Py_BuildValue("(O(lOOnNN))", reinterpret_cast<PyObject*>(Py_TYPE(self)), s.kind, s.arg,
-                       s.meta, s.nbytes, PyBool_FromLong(s.dense), PyBool_FromLong(s.queueable));
+  return Py_BuildValue("(O(lOOnNNN))", reinterpret_cast<PyObject*>(Py_TYPE(self)), s.kind,
+                       s.arg, s.meta, s.nbytes, PyBool_FromLong(s.dense),
+                       PyBool_FromLong(s.queueable), PyBool_FromLong(s.view));
 }
 
 PyMethodDef spec_methods[] = {
@@ -69,6 +73,7 @@ PyMemberDef spec_members[] = {
     {"dense", T_BOOL, offsetof(OutSpecObject, dense), READONLY, "contiguous at offset 0"},
     {"queueable", T_BOOL, offsetof(OutSpecObject, queueable), READONLY,
      "a later queued op may take it"},
+    {"view", T_BOOL, offsetof(OutSpecObject, view), READONLY, "a view of an argument"},
     {nullptr, 0, 0, 0, nullptr}};
 
 // --- FastOut -------------------------------------------------------------------------------
@@ -84,15 +89,15 @@ void fast_dealloc(PyObject* self) {
 
 PyObject* fast_new(PyTypeObject*, PyObject* args, PyObject* kwargs) {
   static const char* names[] = {"size", "stride", "offset", "dtype", "nbytes", "dense",
-                                "queueable", "ref", "same_as", nullptr};
+                                "queueable", "ref", "same_as", "view", nullptr};
   PyObject *size = nullptr, *stride = nullptr, *offset = nullptr, *dtype = nullptr;
   PyObject *ref = nullptr, *same_as = Py_None;
   Py_ssize_t nbytes = 0, back = -1, k = 0;
-  int dense = 0, queueable = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOnppO|O:FastOut",
+  int dense = 0, queueable = 0, view = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOnppO|Op:FastOut",
                                    const_cast<char**>(names), &PyTuple_Type, &size,
                                    &PyTuple_Type, &stride, &offset, &dtype, &nbytes, &dense,
-                                   &queueable, &ref, &same_as))
+                                   &queueable, &ref, &same_as, &view))
     return nullptr;
   if (same_as != Py_None && !PyArg_ParseTuple(same_as, "nn:FastOut.same_as", &back, &k))
     return nullptr;
@@ -113,6 +118,7 @@ PyObject* fast_new(PyTypeObject*, PyObject* args, PyObject* kwargs) {
   f->ref = Py_NewRef(ref);
   f->same_back = back;
   f->same_k = k;
+  f->view = view;
   return self;
 }
 
@@ -129,17 +135,19 @@ PyObject* fast_repr(PyObject* self) {
   if (same == nullptr) return nullptr;
   PyObject* r = PyUnicode_FromFormat(
       "FastOut(size=%R, stride=%R, offset=%R, dtype=%R, nbytes=%zd, dense=%s, queueable=%s, "
-      "ref=%R, same_as=%R)", f.size, f.stride, f.offset, f.dtype, f.nbytes,
-      f.dense ? "True" : "False", f.queueable ? "True" : "False", f.ref, same);
+      "ref=%R, same_as=%R, view=%s)", f.size, f.stride, f.offset, f.dtype, f.nbytes,
+      f.dense ? "True" : "False", f.queueable ? "True" : "False", f.ref, same,
+      f.view ? "True" : "False");
   Py_DECREF(same);
   return r;
 }
 
 PyObject* fast_reduce(PyObject* self, PyObject*) {
   const FastOutObject& f = as_fast_out(self);
-  return Py_BuildValue("(O(OOOOnNNON))", reinterpret_cast<PyObject*>(Py_TYPE(self)), f.size,
+  return Py_BuildValue("(O(OOOOnNNONN))", reinterpret_cast<PyObject*>(Py_TYPE(self)), f.size,
                        f.stride, f.offset, f.dtype, f.nbytes, PyBool_FromLong(f.dense),
-                       PyBool_FromLong(f.queueable), f.ref, same_as_of(f));
+                       PyBool_FromLong(f.queueable), f.ref, same_as_of(f),
+                       PyBool_FromLong(f.view));
 }
 
 PyMethodDef fast_methods[] = {
@@ -155,6 +163,7 @@ PyMemberDef fast_members[] = {
     {"queueable", T_BOOL, offsetof(FastOutObject, queueable), READONLY,
      "a later queued op may take it"},
     {"ref", T_OBJECT, offsetof(FastOutObject, ref), READONLY, "the Ref naming it"},
+    {"view", T_BOOL, offsetof(FastOutObject, view), READONLY, "a view of an argument"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef fast_getset[] = {
@@ -166,7 +175,8 @@ PyGetSetDef fast_getset[] = {
 PyTypeObject fast_type() {
   PyTypeObject t = c_types::plain(
       "neuron_lab.runtime._runtime_ext.FastOut", sizeof(FastOutObject),
-      "FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref, same_as=None): a "
+      "FastOut(size, stride, offset, dtype, nbytes, dense, queueable, ref, same_as=None, "
+      "view=False): a "
       "trie node's op that hands out one new pending tensor",
       fast_new, fast_dealloc, fast_repr, fast_members, fast_methods);
   t.tp_getset = fast_getset;
@@ -177,7 +187,8 @@ PyTypeObject fast_type() {
 
 PyTypeObject OutSpecType = c_types::plain(
     "neuron_lab.runtime._runtime_ext.OutSpec", sizeof(OutSpecObject),
-    "OutSpec(kind, arg, meta, nbytes, dense=False, queueable=True): how one output of a trie "
+    "OutSpec(kind, arg, meta, nbytes, dense=False, queueable=True, view=False): how one output "
+    "of a trie "
     "node's op is handed out when the op is deferred",
     spec_new, spec_dealloc, spec_repr, spec_members, spec_methods);
 

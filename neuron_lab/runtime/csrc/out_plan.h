@@ -18,6 +18,7 @@ struct OutSpecObject {
   Py_ssize_t nbytes;      // fresh bytes of a PENDING output (0 for a view)
   bool dense;             // contiguous at offset 0: made without restriding
   bool queueable;         // its dtype may be an argument of a later queued op
+  bool view;              // a view of an argument (its storage is held twice: output_plans)
 };
 
 struct FastOutObject {
@@ -32,6 +33,7 @@ struct FastOutObject {
   PyObject* ref;          // record.Ref of the output (its position in the segment, output 0)
   Py_ssize_t same_back;   // identity view of output ``same_k`` of the op ``same_back`` back
   Py_ssize_t same_k;      // (output_plans.identity_view); same_back -1: none
+  bool view;              // a view of an argument (its storage is held twice: output_plans)
 };
 
 extern PyTypeObject OutSpecType;

@@ -1,5 +1,7 @@
 // Pending tensors in C (tensor_data.pending). A deferred op's output is a PrivateUse1 tensor with
-// the predicted metadata on a storage without bytes; its values come when its region runs.
+// the predicted metadata on a storage without bytes, marked pending in its DataPtr (the
+// device's pending_data_ptr, storages.h); its values come when its region runs. The tensor
+// gets ``_d = None``; the storage gets no Python object (storage.cpp says why).
 // ``new_pending`` serves the hot path (deferral.cpp, from a trie node's FastOut), ``pending`` and
 // ``pending_dense`` the Python engine's device tensors for ops with several outputs
 // (Engine._defer).
@@ -30,14 +32,13 @@ bool int_vector(PyObject* tuple, std::vector<int64_t>* out) {
 }
 
 // A pending tensor as tensor_data.pending makes it, without a Python call: a PrivateUse1 tensor of
-// the
-// predicted size, stride and offset on a storage without bytes (they come when the region runs):
-// dense, create_empty_tensor's (an empty storage of the device's storage allocator); strided, an
-// unresizable storage of the bytes the strides span (_construct_storage_from_data_pointer's).
-// (tensor, storage) as new references, or false with an exception set. `strides` and `off` are
-// read only when not dense.
+// the predicted size, stride and offset on a pending storage (its bytes come when the region
+// runs): dense, create_empty_tensor's (an empty storage of the device's storage allocator);
+// strided, an unresizable storage of the bytes the strides span
+// (_construct_storage_from_data_pointer's). The tensor (a new reference, ``_d = None``) and its
+// storage, or false with an exception set. `strides` and `off` are read only when not dense.
 bool make_pending(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                int64_t off, PyObject* dtype, bool dense, PyObject** t, PyObject** st) {
+                  int64_t off, PyObject* dtype, bool dense, PyObject** t, c10::Storage* st) {
   if (Py_TYPE(dtype) != S.dtype_type) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: a FastOut's dtype must be a torch.dtype");
     return false;
@@ -50,7 +51,8 @@ bool make_pending(const std::vector<int64_t>& sizes, const std::vector<int64_t>&
       for (size_t i = 0; i < sizes.size(); ++i) span += (sizes[i] - 1) * strides[i];
       nbytes = static_cast<size_t>(off + span) * c10::elementSize(type);
     }
-    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(nullptr, S.device),
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                         c10::DataPtr(nullptr, nullptr, S.pending_marker, S.device),
                          dense ? S.allocator : nullptr, /*resizable=*/dense);
     at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
         c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -58,12 +60,12 @@ bool make_pending(const std::vector<int64_t>& sizes, const std::vector<int64_t>&
     if (dense) tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
     else tensor.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, off);
     *t = THPVariable_Wrap(std::move(tensor));
-    *st = *t ? THPStorage_Wrap(std::move(storage)) : nullptr;
+    *st = std::move(storage);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return false;
   }
-  if (*st == nullptr) Py_CLEAR(*t);
+  if (*t != nullptr && set_attr_none(*t, s_d) == nullptr) Py_CLEAR(*t);
   return *t != nullptr;
 }
 
@@ -71,7 +73,7 @@ bool make_pending(const std::vector<int64_t>& sizes, const std::vector<int64_t>&
 
 // make_pending from a FastOut's Python size, stride and offset (tuples and an int).
 bool new_pending(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype, bool dense,
-               PyObject** t, PyObject** st) {
+                 PyObject** t, c10::Storage* st) {
   std::vector<int64_t> sizes, strides;
   if (!int_vector(size, &sizes) || (!dense && !int_vector(stride, &strides))) return false;
   int64_t off = dense ? 0 : PyLong_AsLongLong(offset);
@@ -119,11 +121,9 @@ PyObject* pending_tensor(PyObject* size, PyObject* stride, PyObject* dtype, PyOb
       expect *= std::max<int64_t>(sizes[i], 1);
     }
   }
-  PyObject *t = nullptr, *st = nullptr;
+  PyObject* t = nullptr;
+  c10::Storage st;
   if (!make_pending(sizes, strides, off, dtype, dense, &t, &st)) return nullptr;
-  bool ok = set_attr_none(st, s_h) != nullptr && set_attr_none(t, s_d) != nullptr;
-  Py_DECREF(st);
-  if (!ok) Py_CLEAR(t);
   return t;
 }
 

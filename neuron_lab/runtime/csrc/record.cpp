@@ -90,8 +90,8 @@ bool set_producer(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k
   return ok;
 }
 
-PyObject* storage_key(PyObject* st, PyObject* meta) {
-  PyObject* id = PyLong_FromVoidPtr(st);
+PyObject* storage_key(const c10::Storage& storage, PyObject* meta) {
+  PyObject* id = PyLong_FromVoidPtr(storage.unsafeGetStorageImpl());
   PyObject* key = id ? PyTuple_Pack(2, id, meta) : nullptr;
   Py_XDECREF(id);
   return untracked(key);
@@ -99,31 +99,45 @@ PyObject* storage_key(PyObject* st, PyObject* meta) {
 
 namespace {
 
-// The live entry under ``key`` (new reference consumed; borrowed result), or nullptr (an
-// error set, or none)
-PyObject* live_entry(PyObject* producers, PyObject* key, PyObject* st) {
+// The live entry of StorageImpl ``impl`` under ``key`` (new reference consumed; borrowed
+// result), or nullptr (an error set, or none)
+PyObject* live_entry(PyObject* producers, PyObject* key, const void* impl) {
   if (key == nullptr) return nullptr;
   PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
   Py_DECREF(key);
-  if (!produced::is_produced(p) || !weak_is(produced::as_produced(p).obj, st)) return nullptr;
+  if (!produced::is_produced(p) || !weak_is_impl(produced::as_produced(p).obj, impl))
+    return nullptr;
   return p;
 }
 
 }  // namespace
 
-PyObject* storage_entry(PyObject* producers, PyObject* st, PyObject* meta) {
-  PyObject* p = live_entry(producers, storage_key(st, meta), st);
-  if (p == nullptr && !PyErr_Occurred()) p = live_entry(producers, PyLong_FromVoidPtr(st), st);
+PyObject* storage_entry(PyObject* producers, const c10::Storage& storage, PyObject* meta) {
+  const void* impl = storage.unsafeGetStorageImpl();
+  PyObject* p = live_entry(producers, storage_key(storage, meta), impl);
+  if (p == nullptr && !PyErr_Occurred())
+    p = live_entry(producers, PyLong_FromVoidPtr(const_cast<void*>(impl)), impl);
   return p;
+}
+
+bool set_storage_producer(PyObject* producers, const c10::Storage& storage, Py_ssize_t pos,
+                          Py_ssize_t k, PyObject* wr, PyObject* r) {
+  PyObject* id = PyLong_FromVoidPtr(storage.unsafeGetStorageImpl());
+  bool ok = id != nullptr && set_entry(producers, id, nullptr, pos, k, wr, r);
+  Py_XDECREF(id);
+  return ok;
 }
 
 namespace {
 
-// producers[(id(st), meta)] = Produced(pos, k, weak_ref(st), r): a captured output's storage
-bool produce_storage(PyObject* producers, PyObject* st, PyObject* meta, Py_ssize_t pos,
-                     Py_ssize_t k, PyObject* r) {
-  PyObject* key = storage_key(st, meta);
-  bool ok = key != nullptr && set_entry(producers, key, st, pos, k, nullptr, r);
+// producers[storage_key] = Produced(pos, k, weak reference, r): a captured output's storage
+// entry, made without a Python storage object (weak_storage_ref says why)
+bool produce_storage(PyObject* producers, const c10::Storage& storage, PyObject* meta,
+                     Py_ssize_t pos, Py_ssize_t k, PyObject* r) {
+  PyObject* key = storage_key(storage, meta);
+  PyObject* wr = key ? weak_storage_ref(storage) : nullptr;
+  bool ok = wr != nullptr && set_entry(producers, key, nullptr, pos, k, wr, r);
+  Py_XDECREF(wr);
   Py_XDECREF(key);
   return ok;
 }
@@ -142,12 +156,12 @@ PyObject* meta_of_ref(PyObject* records, PyObject* ref) {
   return PyTuple_GET_ITEM(metas, j);
 }
 
-// record._keeps_storage_entry: does captured output ``out`` (its metadata ``meta``, its storage
-// ``st``) leave its storage's entry as it is? The caller's own tensor does (in place, out=), and
-// so does an identity view: the op's one output (``single``), a view of argument 0 (a Ref)
-// with its metadata, over a storage with a live entry. 1, 0, or -1 with an exception set.
+// record._keeps_storage_entry: does captured output ``out`` (its metadata ``meta``) leave its
+// storage's entry as it is? The caller's own tensor does (in place, out=), and so does an
+// identity view: the op's one output (``single``), a view of argument 0 (a Ref) with its
+// metadata, over a storage with a live entry. 1, 0, or -1 with an exception set.
 int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* targs,
-                        PyObject* tkw, PyObject* records, PyObject* producers, PyObject* st) {
+                        PyObject* tkw, PyObject* records, PyObject* producers) {
   const Py_ssize_t n = PyTuple_Check(targs) ? PyTuple_GET_SIZE(targs) : 0;
   for (Py_ssize_t i = 0; i < n; ++i)
     if (PyTuple_GET_ITEM(targs, i) == out) return 1;
@@ -162,7 +176,7 @@ int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* ta
   if (src == nullptr) return -1;
   int same = PyObject_RichCompareBool(src, meta, Py_EQ);
   if (same <= 0) return same;
-  if (storage_entry(producers, st, meta) != nullptr) return 1;
+  if (storage_entry(producers, THPVariable_Unpack(out).storage(), meta) != nullptr) return 1;
   return PyErr_Occurred() ? -1 : 0;
 }
 
@@ -288,14 +302,13 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
       continue;
     }
     PyObject* r = ref_of(p, k);
-    PyObject* st = r ? THPStorage_Wrap(THPVariable_Unpack(out).storage()) : nullptr;   // its
-                                                          // untyped_storage(), as Python gets it
     PyObject* meta = PyTuple_GET_ITEM(metas, k);
-    ok = st != nullptr && set_producer(producers, out, p, k, nullptr, r);
-    int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers,
-                                        st) : -1;
-    ok = keep == 1 || (keep == 0 && produce_storage(producers, st, meta, p, k, r));
-    Py_XDECREF(st);
+    ok = r != nullptr && set_producer(producers, out, p, k, nullptr, r);
+    int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers)
+                  : -1;
+    ok = keep == 1 ||
+         (keep == 0 && produce_storage(producers, THPVariable_Unpack(out).storage(), meta, p, k,
+                                       r));
     Py_XDECREF(r);
   }
   Py_DECREF(records);

@@ -12,6 +12,10 @@
 // TensorImpl or StorageImpl keeps its one Python object alive (PyTorch's PyObject preservation),
 // so "the impl is alive" is "the object is alive", as for a weakref; the object's address is
 // kept for identity tests (``weak_is``: equal address and a live impl, as a weakref's ``is``).
+//
+// A storage's reference is made from its c10::Storage, never its Python object (weak_outputs.h
+// says why); its identity is its StorageImpl's address (``storage_id``), which cannot be reused
+// while a weak reference to it lives.
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -33,7 +37,9 @@ struct WeakRef {
   std::optional<WeakTensor> tensor;     // exactly one of the two is set
   std::optional<WeakStorage> storage;
   PyObject* obj;                        // the object's address (never dereferenced): while the
-                                        // impl lives, its Python object is this one
+                                        // impl lives, its Python object is this one; nullptr
+                                        // for a storage's (identity is its StorageImpl's)
+  const void* impl;                     // a storage's StorageImpl (never dereferenced)
 };
 
 PyObject* target(WeakRef* w) {
@@ -100,6 +106,46 @@ int kind_of(PyObject* o) {
   return is > 0 ? 2 : is;
 }
 
+// The storage of ``o``, a tensor or a storage, or nullptr with an exception set
+const c10::Storage* storage_of(PyObject* o, const char* fn) {
+  const int kind = kind_of(o);
+  if (kind == 1) return &THPVariable_Unpack(o).storage();
+  if (kind == 2) return &THPStorage_Unpack(o);
+  if (kind == 0)
+    PyErr_Format(PyExc_TypeError, "neuron_lab: %s takes a tensor or a storage, not %s", fn,
+                 Py_TYPE(o)->tp_name);
+  return nullptr;
+}
+
+PyObject* storage_ref_py(PyObject*, PyObject* o) {
+  const c10::Storage* st = storage_of(o, "storage_ref");
+  return st != nullptr ? weak_storage_ref(*st) : nullptr;
+}
+
+PyObject* storage_id_py(PyObject*, PyObject* o) {
+  if (Py_TYPE(o) == &WeakRefType) {
+    auto* w = reinterpret_cast<WeakRef*>(o);
+    if (!w->storage) {
+      PyErr_SetString(PyExc_TypeError, "neuron_lab: storage_id: a tensor's weak reference");
+      return nullptr;
+    }
+    if (expired(w)) Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(const_cast<void*>(w->impl));
+  }
+  const c10::Storage* st = storage_of(o, "storage_id");
+  return st != nullptr ? PyLong_FromVoidPtr(st->unsafeGetStorageImpl()) : nullptr;
+}
+
+PyMethodDef storage_ref_def = {
+    "storage_ref", storage_ref_py, METH_O,
+    "storage_ref(tensor or storage): a weak reference to its storage, made without the "
+    "storage's Python object (weak_outputs.cpp)"};
+PyMethodDef storage_id_def = {
+    "storage_id", storage_id_py, METH_O,
+    "storage_id(tensor, storage, or a storage's weak reference): the address of its "
+    "StorageImpl (UntypedStorage._cdata), None for a dead reference; no Python storage object "
+    "is made"};
+
 }  // namespace
 
 PyObject* weak_ref(PyObject* o) {
@@ -115,8 +161,25 @@ PyObject* weak_ref(PyObject* o) {
   new (&w->tensor) std::optional<WeakTensor>();
   new (&w->storage) std::optional<WeakStorage>();
   w->obj = o;
-  if (kind == 1) w->tensor.emplace(THPVariable_Unpack(o).getIntrusivePtr());
-  else w->storage.emplace(THPStorage_Unpack(o).getWeakStorageImpl());
+  w->impl = nullptr;
+  if (kind == 1) {
+    w->tensor.emplace(THPVariable_Unpack(o).getIntrusivePtr());
+  } else {
+    const c10::Storage& storage = THPStorage_Unpack(o);
+    w->storage.emplace(storage.getWeakStorageImpl());
+    w->obj = nullptr;
+    w->impl = storage.unsafeGetStorageImpl();
+  }
+  return reinterpret_cast<PyObject*>(w);
+}
+
+PyObject* weak_storage_ref(const c10::Storage& storage) {
+  auto* w = PyObject_New(WeakRef, &WeakRefType);
+  if (w == nullptr) return nullptr;
+  new (&w->tensor) std::optional<WeakTensor>();
+  new (&w->storage) std::optional<WeakStorage>(storage.getWeakStorageImpl());
+  w->obj = nullptr;
+  w->impl = storage.unsafeGetStorageImpl();
   return reinterpret_cast<PyObject*>(w);
 }
 
@@ -131,9 +194,20 @@ PyObject* weak_object(PyObject* w) {
 bool weak_is(PyObject* w, PyObject* o) {
   if (Py_TYPE(w) == &WeakRefType) {
     auto* r = reinterpret_cast<WeakRef*>(w);
+    if (r->storage)                      // the same live StorageImpl
+      return THPStorage_Check(o) && weak_is_impl(w, THPStorage_Unpack(o).unsafeGetStorageImpl());
     return r->obj == o && !expired(r);   // a live object's address is its own
   }
   return PyWeakref_CheckRef(w) && PyWeakref_GetObject(w) == o;
+}
+
+bool weak_is_impl(PyObject* w, const void* impl) {
+  if (Py_TYPE(w) == &WeakRefType) {
+    auto* r = reinterpret_cast<WeakRef*>(w);
+    return r->storage && r->impl == impl && !expired(r);
+  }
+  PyObject* o = PyWeakref_CheckRef(w) ? PyWeakref_GetObject(w) : nullptr;   // borrowed
+  return o != nullptr && THPStorage_Check(o) && THPStorage_Unpack(o).unsafeGetStorageImpl() == impl;
 }
 
 int weak_alive(PyObject* w) {
@@ -149,8 +223,8 @@ void init_weak_outputs(py::module_& m) {
   Py_INCREF(&WeakRefType);
   m.add_object("WeakRef", py::reinterpret_steal<py::object>(
                               reinterpret_cast<PyObject*>(&WeakRefType)));
-  m.add_object(weak_ref_def.ml_name,
-               py::reinterpret_steal<py::object>(PyCFunction_New(&weak_ref_def, nullptr)));
+  for (PyMethodDef* d : {&weak_ref_def, &storage_ref_def, &storage_id_def})
+    m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
 }
 
 }  // namespace neuron_lab

@@ -3,6 +3,8 @@
 #pragma once
 #include <Python.h>
 
+#include <c10/core/Storage.h>
+
 namespace neuron_lab {
 
 // A weak reference to ``o`` (a torch.Tensor or torch.UntypedStorage): c10's weak pointer to its
@@ -11,12 +13,23 @@ namespace neuron_lab {
 // an exception set (any other object).
 PyObject* weak_ref(PyObject* o);
 
+// A weak reference to ``storage``'s StorageImpl, as weak_ref of its Python object, made without
+// one: wrapping a storage in a Python object keeps its use count above one for good, which
+// makes autograd accumulate gradients in that storage out of place. A new reference, or
+// nullptr with an exception set.
+PyObject* weak_storage_ref(const c10::Storage& storage);
+
 // What ``w`` (a weak_ref or a weakref.ref) refers to: a new reference, Py_None (new) once it
 // died, or nullptr with an exception set.
 PyObject* weak_object(PyObject* w);
 
 // Does ``w`` (a weak_ref or a weakref.ref) refer to ``o``, which is alive? Makes no reference.
+// For a storage, "refers to" is "has the same StorageImpl".
 bool weak_is(PyObject* w, PyObject* o);
+
+// Does ``w`` (a weak_ref or a weakref.ref) refer to the live StorageImpl ``impl``? Makes no
+// reference.
+bool weak_is_impl(PyObject* w, const void* impl);
 
 // Is what ``w`` refers to alive? 1 or 0; -1 with an exception set (``w`` neither kind).
 int weak_alive(PyObject* w);
