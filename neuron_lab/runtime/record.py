@@ -72,11 +72,11 @@ weak_ref = core.implementation("weak_ref", weakref.ref)
 
 class _Produced(NamedTuple):
     """A producers-map entry (``Engine.seg.producers``, keyed by ``id`` of an output tensor, by
-    ``storage_id`` of a pending output's storage, or by a captured output's ``storage_key``): which op
-    of the segment made it, a weak reference that tells a live object from a new one reusing
-    the id, and the argument template naming it. The reference ``NEURON_LAB_NATIVE_DEFER=0``
-    runs with; the extension's ``Produced`` (``csrc/produced.cpp``) has the same fields in a C
-    struct its C++ builds and reads."""
+    ``storage_id`` of a pending output's storage, or by a captured output's ``storage_key``):
+    which op of the segment made it, a weak reference that tells a live object from a new one
+    reusing the id, and the argument template naming it. The reference
+    ``NEURON_LAB_NATIVE_DEFER=0`` runs with; the extension's ``Produced``
+    (``csrc/produced.cpp``) has the same fields in a C struct its C++ builds and reads."""
     pos: int
     k: int
     obj: Any                  # weak_ref(tensor or storage)

@@ -23,7 +23,8 @@ class _Fields:
 
     def __init__(self) -> None:
         self._records: list = []         # [record.QueuedOp], in issue order
-        self._producers: dict = {}       # {id(tensor), id(storage) or storage_key: record.Produced}
+        # {id(tensor), storage_id(storage) or storage_key: record.Produced}
+        self._producers: dict = {}
         self.node = None                 # the trie node of the last deferred op
         self.root = None                 # the region trie's root
         self.stats = None                # the engine's counters
@@ -46,7 +47,7 @@ class _Fields:
 
     @property
     def producers(self) -> dict:
-        """The queued ops' outputs: {id(tensor), id(storage) or storage_key: Produced}."""
+        """The queued ops' outputs: {id(tensor), storage_id(storage) or storage_key: Produced}."""
         return self._producers
 
     @property

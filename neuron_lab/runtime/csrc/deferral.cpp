@@ -20,7 +20,7 @@
 //   record   QueuedOp(facts, templates, kwarg templates, node.key, [(tensor ref, storage ref)],
 //            node.metas, "t", node.where, node.plan) (queued_op::make; the trie node's key
 //            object: the op's own equal key dies at once);
-//   producer Produced(pos, 0, weak_ref, Ref) under id(tensor) and id(storage)
+//   producer Produced(pos, 0, weak_ref, Ref) under id(tensor) and its storage_id
 //            (weak_outputs.cpp: c10 weak pointers, not Python weakrefs).
 //
 // What a deferred op keeps until its region launches (and what capture keeps for good) is

@@ -131,7 +131,7 @@ PyMethodDef segment_methods[] = {
 PyMemberDef segment_members[] = {
     MEMBER_OBJECTS(MEMBER)
     {"producers", T_OBJECT, offsetof(SegmentObject, producers), READONLY,
-     "{id(tensor), id(storage) or storage_key: Produced}: the queued ops' outputs"},
+     "{id(tensor), storage_id(storage) or storage_key: Produced}: the queued ops' outputs"},
     {"queued_bytes", T_LONGLONG, offsetof(SegmentObject, queued_bytes), 0, nullptr},
     {"headroom", T_DOUBLE, offsetof(SegmentObject, headroom), 0, nullptr},
     {"pressure", T_BOOL, offsetof(SegmentObject, pressure), 0, nullptr},
