@@ -52,12 +52,14 @@ _host_storage = None     # native host_storage(device, missing)
 _mark_pending = None     # native mark_pending(device)
 _is_pending = None       # native is_pending(device)
 _host_view = None        # native host_view(tensor): _recover's common case in C++
+_view_on = None          # native view_on(base, h): view_of in C++
 _NOT_OURS = object()
 
 
 def use_native(ext) -> None:
-    global _bind, _host_storage, _mark_pending, _is_pending, _host_view
+    global _bind, _host_storage, _mark_pending, _is_pending, _host_view, _view_on
     _bind, _host_storage, _host_view = ext.bind_storage, ext.host_storage, ext.host_view
+    _view_on = ext.view_on
     _mark_pending, _is_pending = ext.mark_pending, ext.is_pending
 
 
@@ -136,13 +138,9 @@ def view_of(base: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     StorageImpl, so ``untyped_storage()``, ``torch._C._is_alias_of`` and everything keyed by
     storage (c10d's registry of in-flight collectives that ``wait_tensor`` looks up, DDP's
     bucket views) see one storage. Falls back to ``wrap`` when ``h`` is not on ``base``'s bytes."""
-    hs = _host_storage(base, None)
-    if hs is None or hs._cdata != h.untyped_storage()._cdata:
+    s = _view_on(base, h)
+    if s is None:
         return wrap(h)
-    st = base.untyped_storage()
-    s = _create((0,), h.dtype)
-    _set_storage.redispatch(_CPU, s, st, h.storage_offset(), h.shape, h.stride())
-    _copy_bits(h, s)
     s._d = h
     return s
 

@@ -481,6 +481,18 @@ py::object host_view(const at::Tensor& t) {
       tensor_like(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(hs)), key, t));
 }
 
+// tensor_data.view_of: a neuron tensor for host view `h` of neuron tensor `base`'s bytes, on
+// `base`'s own StorageImpl (as the direct kernel's views are), or None when `h` is not on
+// those bytes. Made in C++: the storage gets no Python object (storage.cpp says why).
+py::object view_on(const at::Tensor& base, const at::Tensor& h) {
+  TORCH_CHECK(base.defined() && base.device().type() == kDevice, "neuron: view_on takes a "
+              "neuron tensor as its base");
+  c10::StorageImpl* hs = bound_host(*base.storage().unsafeGetStorageImpl());
+  if (hs == nullptr || !h.defined() || h.storage().unsafeGetStorageImpl() != hs)
+    return py::none();
+  return py::cast(tensor_like(base.storage(), c10::DispatchKey::PrivateUse1, h));
+}
+
 PyMethodDef run_boxed_call_def = {
     "run_boxed_call", &run_boxed_call, METH_O,
     "run_boxed_call(args): the passed call on the direct kernel now, or None"};
@@ -514,6 +526,9 @@ void init_direct(py::module_& m) {
   m.def("set_direct_capacity", [](int64_t c) { g_capacity.store(c); }, py::arg("capacity"),
         "The modelled capacity the direct kernel counts against");
   m.def("direct_counts", &counts, "{op name: direct runs since the last call}");
+  m.def("view_on", &view_on, py::arg("base"), py::arg("h"),
+        "A neuron tensor for host view `h` on neuron tensor `base`'s storage, or None when `h` "
+        "is not on base's bytes (tensor_data.view_of)");
   m.def("host_view", &host_view, py::arg("tensor"),
         "The host tensor viewing a neuron tensor's bound host bytes, or None "
         "(tensor_data._recover)");
