@@ -102,14 +102,15 @@ def _storage_ref(t):
 def _storage_id(o):
     if isinstance(o, weakref.ref):
         o = o()
-        return None if o is None else o._cdata
+        return o._cdata if isinstance(o, torch.UntypedStorage) else None
     return (o if isinstance(o, torch.UntypedStorage) else o.untyped_storage())._cdata
 
 
-# A storage's weak reference and identity, from its tensor: the extension's make no Python object
-# for the storage (csrc/weak_outputs.cpp), because a storage that has had one keeps a use count
-# of two for good, and autograd then accumulates gradients in it out of place. The references
-# below, for NEURON_LAB_NATIVE_DEFER=0, do make one.
+# A storage's weak reference and identity (the StorageImpl's address; None for a dead weak
+# reference or a tensor's), from its tensor: the extension's make no Python object for the
+# storage (csrc/weak_outputs.cpp), because a storage that has had one keeps a use count of two
+# for good, and autograd then accumulates gradients in it out of place. The references below,
+# for NEURON_LAB_NATIVE_DEFER=0, do make one.
 storage_ref = core.implementation("storage_ref", _storage_ref)
 storage_id = core.implementation("storage_id", _storage_id)
 

@@ -101,3 +101,14 @@ def test_storage_state_functions_name_the_op_and_device_on_bad_input():
     with pytest.raises(RuntimeError, match="mark_pending takes a neuron tensor or storage.*cpu"):
         tensor_data.mark_pending(torch.zeros(2))
     assert tensor_data.host_storage(torch.zeros(2), "missing") == "missing"
+
+
+def test_storage_ids_name_live_storages_only():
+    """A producers map holds tensor and storage entries side by side: asking a tensor's weak
+    reference for a storage id gets None, as a dead reference does, never an error."""
+    t = torch.zeros(3).to("neuron")
+    w_storage, w_tensor = record.storage_ref(t), record.weak_ref(t)
+    assert record.storage_id(w_storage) == record.storage_id(t) == t.untyped_storage()._cdata
+    assert record.storage_id(w_tensor) is None
+    del t
+    assert record.storage_id(w_storage) is None

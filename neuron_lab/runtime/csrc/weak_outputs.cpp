@@ -125,11 +125,7 @@ PyObject* storage_ref_py(PyObject*, PyObject* o) {
 PyObject* storage_id_py(PyObject*, PyObject* o) {
   if (Py_TYPE(o) == &WeakRefType) {
     auto* w = reinterpret_cast<WeakRef*>(o);
-    if (!w->storage) {
-      PyErr_SetString(PyExc_TypeError, "neuron_lab: storage_id: a tensor's weak reference");
-      return nullptr;
-    }
-    if (expired(w)) Py_RETURN_NONE;
+    if (!w->storage || expired(w)) Py_RETURN_NONE;   // a tensor's names no storage
     return PyLong_FromVoidPtr(const_cast<void*>(w->impl));
   }
   const c10::Storage* st = storage_of(o, "storage_id");
@@ -142,9 +138,9 @@ PyMethodDef storage_ref_def = {
     "storage's Python object (weak_outputs.cpp)"};
 PyMethodDef storage_id_def = {
     "storage_id", storage_id_py, METH_O,
-    "storage_id(tensor, storage, or a storage's weak reference): the address of its "
-    "StorageImpl (UntypedStorage._cdata), None for a dead reference; no Python storage object "
-    "is made"};
+    "storage_id(tensor, storage, or a weak reference): the address of its StorageImpl "
+    "(UntypedStorage._cdata); None for a dead reference or a tensor's; no Python storage "
+    "object is made"};
 
 }  // namespace
 
