@@ -152,20 +152,13 @@ PyObject* weak_ref(PyObject* o) {
                    Py_TYPE(o)->tp_name);
     return nullptr;
   }
+  if (kind == 2) return weak_storage_ref(THPStorage_Unpack(o));
   auto* w = PyObject_New(WeakRef, &WeakRefType);
   if (w == nullptr) return nullptr;
-  new (&w->tensor) std::optional<WeakTensor>();
+  new (&w->tensor) std::optional<WeakTensor>(THPVariable_Unpack(o).getIntrusivePtr());
   new (&w->storage) std::optional<WeakStorage>();
   w->obj = o;
   w->impl = nullptr;
-  if (kind == 1) {
-    w->tensor.emplace(THPVariable_Unpack(o).getIntrusivePtr());
-  } else {
-    const c10::Storage& storage = THPStorage_Unpack(o);
-    w->storage.emplace(storage.getWeakStorageImpl());
-    w->obj = nullptr;
-    w->impl = storage.unsafeGetStorageImpl();
-  }
   return reinterpret_cast<PyObject*>(w);
 }
 
