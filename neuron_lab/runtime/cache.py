@@ -40,6 +40,21 @@ class _Fields:
         self.key = key
         self.plan = self.fast = self._new_bytes = self._alias_outs = None
 
+    def extend(self, records: list, keys: list | None = None) -> tuple:
+        """The node at the end of the path of ``records``' keys (or ``keys``) from this one,
+        each missing node made on the way (of this node's type), and whether one was:
+        ``(node, new)``."""
+        node, new = self, False
+        for i, r in enumerate(records):
+            key = r.key if keys is None else keys[i]
+            nxt = None if new else node.children.get(key)   # past a new node, every one is new
+            if nxt is None:
+                new = True
+                nxt = node.children[key] = type(self)(node.depth + 1, r.metas, r.structure,
+                                                      r.where, key)
+            node = nxt
+        return node, new
+
 
 class Node(core.implementation("Node", _Fields)):
     """A trie node: reached by a key sequence; knows the output metadata of its last op (the key
@@ -133,14 +148,7 @@ class RegionCache:
     def insert(self, records: list, keys: list | None = None) -> Region:
         """Mark the path of ``records``' keys (or ``keys``) as a region (a miss), or return the
         existing one."""
-        node, new = self.root, False
-        for i, r in enumerate(records):
-            key = r.key if keys is None else keys[i]
-            nxt = None if new else node.children.get(key)   # past a new node, every one is new
-            if nxt is None:
-                new = True
-                nxt = node.children[key] = Node(node.depth + 1, r.metas, r.structure, r.where, key)
-            node = nxt
+        node, _ = self.root.extend(records, keys)
         if node.region is not None:
             return node.region
         region = node.region = Region(tuple(keys or [r.key for r in records]), records, node)

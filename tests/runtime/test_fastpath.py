@@ -436,6 +436,41 @@ def test_ops_captured_in_c_are_recorded_as_python_records_them():
     assert c["stats"] == py["stats"] and c["loss"] == py["loss"]
 
 
+def test_captured_ops_get_their_own_line_when_lines_alternate_in_one_function(compile_off):
+    """The user's line of a captured op (csrc/deferral.cpp ``user_line``) is kept for the next
+    op issued by the same instruction of the same code; ops from other lines of the same
+    function, and from the same line of another function, each get their own."""
+    import inspect
+    rt.install()
+
+    def lines(x):
+        a = x * 2.0                                   # +1
+        b = a + x; c = b.tanh()                       # noqa: E702 - two ops, one line: +2
+        d = a * c                                     # +3
+        return (d - b).sum()                          # +4
+
+    def other(x):
+        return x.sin()                                # +1
+
+    first = inspect.getsourcelines(lines)[1]
+    x = torch.linspace(-1, 1, 8).to("neuron")
+    with rt.mode("adaptive"):
+        (lines(x) + other(x).sum()).item()       # the segment's first op and first calls: Python
+        before = fastpath.captured()
+        call = inspect.currentframe().f_lineno + 1
+        (lines(x * 3) + other(x * 3).sum()).item()
+        assert fastpath.captured() - before >= 6
+    region = rt.current().engine.cache.regions()[-1]
+    node, got = rt.current().engine.cache.root, []
+    for key in region.keys:                          # the second segment's path, op by op
+        node = node.children[key]
+        assert node.where is not None and node.where[0] == __file__
+        got.append(node.where[1])
+    sin = inspect.getsourcelines(other)[1] + 1
+    assert got == [call, first + 1, first + 2, first + 2, first + 3, first + 4, first + 4,
+                   call, sin, call, call]
+
+
 def test_an_op_the_direct_kernel_cannot_run_is_captured_without_python(compile_off, monkeypatch):
     """Capture in C runs an op whose PrivateUse1 kernel is not the direct kernel (``zero_``)
     through the device's ``execute`` itself, as ``kernels.run_now`` would, not through

@@ -43,6 +43,9 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>   // PyFrameObject.f_lasti (PyFrame_GetLasti is 3.11's)
+#endif
 
 #include "deferral.h"
 #include "out_meta.h"
@@ -412,6 +415,37 @@ bool matches(PyObject* s, PyObject* affixes, int direction) {
   return false;
 }
 
+// The last user line's token and what determines it: the code object (held, so its address is
+// not reused) and the instruction offset in it. Consecutive ops issued from one line (the ops
+// of one nn.Module call, every op of a backward pass) share it without computing the line
+// number again (CPython walks the code's line table for that) or building a new token.
+struct LastLine {
+  PyObject* code = nullptr;
+  int lasti = -1;
+  PyObject* token = nullptr;
+};
+LastLine last_line;
+
+// (file, line) of ``frame`` running ``code``, a new reference, from ``last_line`` when it is
+// the same instruction of the same code.
+PyObject* line_token(PyFrameObject* frame, PyCodeObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  const int lasti = PyFrame_GetLasti(frame);
+#else
+  const int lasti = frame->f_lasti;
+#endif
+  if (last_line.code == reinterpret_cast<PyObject*>(code) && last_line.lasti == lasti)
+    return Py_NewRef(last_line.token);
+  PyObject* line = PyLong_FromLong(PyFrame_GetLineNumber(frame));
+  PyObject* token = line ? untracked(PyTuple_Pack(2, code->co_filename, line)) : nullptr;
+  Py_XDECREF(line);
+  if (token == nullptr) return nullptr;
+  Py_XSETREF(last_line.code, Py_NewRef(reinterpret_cast<PyObject*>(code)));
+  Py_XSETREF(last_line.token, Py_NewRef(token));
+  last_line.lasti = lasti;
+  return token;
+}
+
 // tracking.user_frame_token for a call with no Python frame of this package above it: (file,
 // line) of the first frame that is the user's code (tracking.NOT_USER_*), walking this
 // thread's frames from the top. Without one (a device thread's stack), the Python function
@@ -424,9 +458,7 @@ PyObject* user_line() {
     PyObject* fn = code->co_filename;
     if (PyUnicode_Check(fn) && !matches(fn, S.not_user_prefixes, -1) &&
         !matches(fn, S.not_user_files, +1)) {
-      PyObject* line = PyLong_FromLong(PyFrame_GetLineNumber(frame));
-      PyObject* token = line ? untracked(PyTuple_Pack(2, fn, line)) : nullptr;
-      Py_XDECREF(line);
+      PyObject* token = line_token(frame, code);
       Py_DECREF(code);
       Py_DECREF(frame);
       return token;

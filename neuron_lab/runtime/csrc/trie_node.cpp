@@ -8,6 +8,7 @@
 #include <structmember.h>
 
 #include "c_types.h"
+#include "queued_op.h"
 
 namespace py = pybind11;
 
@@ -40,6 +41,86 @@ int node_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
+// A new node of ``parent``'s type (cache.Node) one op deeper, reached by ``key``, with the
+// op's metas, structure and line: node_init's fields without a Python call.
+PyObject* child_of(NodeObject* parent, PyObject* key, const queued_op::QueuedOpObject& op) {
+  PyTypeObject* type = Py_TYPE(parent);
+  PyObject* o = type->tp_alloc(type, 0);
+  if (o == nullptr) return nullptr;
+  auto* n = reinterpret_cast<NodeObject*>(o);
+  n->children = PyDict_New();
+  if (n->children == nullptr) {
+    Py_DECREF(o);
+    return nullptr;
+  }
+  n->depth = parent->depth + 1;
+  n->metas = Py_NewRef(op.metas);
+  n->structure = Py_NewRef(op.structure);
+  n->where = Py_NewRef(op.where);
+  n->key = Py_NewRef(key);
+  for (PyObject** f : {&n->region, &n->plan, &n->fast, &n->_new_bytes, &n->_alias_outs})
+    *f = Py_NewRef(Py_None);
+  return o;
+}
+
+// Node.extend(records, keys=None): cache._Fields.extend in C. The node at the end of the path
+// of the records' keys (or ``keys``, one per record) from this one, each missing node made on
+// the way, and whether one was: (node, new).
+PyObject* node_extend(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
+  PyObject* records = n >= 1 ? argv[0] : nullptr;
+  PyObject* keys = n >= 2 ? argv[1] : Py_None;
+  if (n < 1 || n > 2 || !PyList_Check(records) ||
+      (keys != Py_None && (!PyList_Check(keys) || PyList_GET_SIZE(keys) != PyList_GET_SIZE(records)))) {
+    PyErr_SetString(PyExc_TypeError,
+                    "neuron_lab: Node.extend(records: list, keys: list of as many or None)");
+    return nullptr;
+  }
+  NodeObject* node = as_node(self);
+  if (node == nullptr) return nullptr;
+  Py_INCREF(self);
+  PyObject* at = self;
+  bool made = false;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); ++i) {
+    PyObject* rec = PyList_GET_ITEM(records, i);
+    if (!queued_op::is_queued_op(rec)) {
+      Py_DECREF(at);
+      PyErr_SetString(PyExc_TypeError, "neuron_lab: Node.extend: records must be QueuedOps");
+      return nullptr;
+    }
+    const queued_op::QueuedOpObject& op = queued_op::as_queued_op(rec);
+    PyObject* key = keys == Py_None ? op.key : PyList_GET_ITEM(keys, i);
+    NodeObject* cur = reinterpret_cast<NodeObject*>(at);
+    PyObject* nxt = nullptr;   // borrowed from cur's children, or new
+    if (!made) {   // past a new node, every one is new
+      nxt = PyDict_GetItemWithError(cur->children, key);
+      if (nxt == nullptr && PyErr_Occurred()) {
+        Py_DECREF(at);
+        return nullptr;
+      }
+      Py_XINCREF(nxt);
+    }
+    if (nxt == nullptr) {
+      made = true;
+      nxt = child_of(cur, key, op);
+      if (nxt == nullptr || PyDict_SetItem(cur->children, key, nxt) < 0) {
+        Py_XDECREF(nxt);
+        Py_DECREF(at);
+        return nullptr;
+      }
+    }
+    Py_SETREF(at, nxt);
+  }
+  PyObject* out = PyTuple_Pack(2, at, made ? Py_True : Py_False);
+  Py_DECREF(at);
+  return out;
+}
+
+PyMethodDef node_methods[] = {
+    {"extend", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&node_extend)), METH_FASTCALL,
+     "extend(records, keys=None) -> (node, new): the node at the end of the records' key path "
+     "(or keys') from this one, each missing node made on the way; new: whether one was"},
+    {nullptr, nullptr, 0, nullptr}};
+
 #define FIELD(f) , &NodeObject::f
 using Fields = c_types::ObjectFields<NodeObject NODE_FIELDS(FIELD)>;
 #undef FIELD
@@ -61,6 +142,7 @@ PyTypeObject NodeType = c_types::collected<Fields>(
 }  // namespace trie
 
 void init_trie_node(py::module_& m) {
+  trie::NodeType.tp_methods = trie::node_methods;
   c_types::add(m, trie::NodeType, "Node");
 }
 
