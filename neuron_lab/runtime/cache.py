@@ -40,10 +40,9 @@ class _Fields:
         self.key = key
         self.plan = self.fast = self._new_bytes = self._alias_outs = None
 
-    def extend(self, records: list, keys: list | None = None) -> tuple:
+    def extend(self, records: list, keys: list | None = None):
         """The node at the end of the path of ``records``' keys (or ``keys``) from this one,
-        each missing node made on the way (of this node's type), and whether one was:
-        ``(node, new)``."""
+        each missing node made on the way (of this node's type)."""
         node, new = self, False
         for i, r in enumerate(records):
             key = r.key if keys is None else keys[i]
@@ -53,7 +52,7 @@ class _Fields:
                 nxt = node.children[key] = type(self)(node.depth + 1, r.metas, r.structure,
                                                       r.where, key)
             node = nxt
-        return node, new
+        return node
 
 
 class Node(core.implementation("Node", _Fields)):
@@ -148,7 +147,7 @@ class RegionCache:
     def insert(self, records: list, keys: list | None = None) -> Region:
         """Mark the path of ``records``' keys (or ``keys``) as a region (a miss), or return the
         existing one."""
-        node, _ = self.root.extend(records, keys)
+        node = self.root.extend(records, keys)
         if node.region is not None:
             return node.region
         region = node.region = Region(tuple(keys or [r.key for r in records]), records, node)

@@ -20,16 +20,12 @@ namespace {
   X(children) X(region) X(metas) X(structure) X(plan) X(fast) X(key) X(where) X(_new_bytes) \
   X(_alias_outs)
 
-int node_init(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* names[] = {"depth", "metas", "structure", "where", "key", nullptr};
-  Py_ssize_t depth = 0;
-  PyObject *metas = Py_None, *structure = Py_None, *where = Py_None, *key = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nOOOO:Node", const_cast<char**>(names),
-                                   &depth, &metas, &structure, &where, &key))
-    return -1;
-  auto* n = reinterpret_cast<NodeObject*>(self);
+// A node's fields as Node(depth, metas, structure, where, key) sets them: no children, no
+// region, no plan yet. False with an exception set.
+bool set_fields(NodeObject* n, Py_ssize_t depth, PyObject* metas, PyObject* structure,
+                PyObject* where, PyObject* key) {
   PyObject* children = PyDict_New();
-  if (children == nullptr) return -1;
+  if (children == nullptr) return false;
   Py_XSETREF(n->children, children);
   n->depth = depth;
   Py_XSETREF(n->metas, Py_NewRef(metas));
@@ -38,39 +34,40 @@ int node_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   Py_XSETREF(n->key, Py_NewRef(key));
   for (PyObject** f : {&n->region, &n->plan, &n->fast, &n->_new_bytes, &n->_alias_outs})
     Py_XSETREF(*f, Py_NewRef(Py_None));
-  return 0;
+  return true;
+}
+
+int node_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* names[] = {"depth", "metas", "structure", "where", "key", nullptr};
+  Py_ssize_t depth = 0;
+  PyObject *metas = Py_None, *structure = Py_None, *where = Py_None, *key = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nOOOO:Node", const_cast<char**>(names),
+                                   &depth, &metas, &structure, &where, &key))
+    return -1;
+  return set_fields(reinterpret_cast<NodeObject*>(self), depth, metas, structure, where, key)
+             ? 0 : -1;
 }
 
 // A new node of ``parent``'s type (cache.Node) one op deeper, reached by ``key``, with the
-// op's metas, structure and line: node_init's fields without a Python call.
+// op's metas, structure and line: what Node(...) makes, without a Python call.
 PyObject* child_of(NodeObject* parent, PyObject* key, const queued_op::QueuedOpObject& op) {
   PyTypeObject* type = Py_TYPE(parent);
   PyObject* o = type->tp_alloc(type, 0);
-  if (o == nullptr) return nullptr;
-  auto* n = reinterpret_cast<NodeObject*>(o);
-  n->children = PyDict_New();
-  if (n->children == nullptr) {
-    Py_DECREF(o);
-    return nullptr;
-  }
-  n->depth = parent->depth + 1;
-  n->metas = Py_NewRef(op.metas);
-  n->structure = Py_NewRef(op.structure);
-  n->where = Py_NewRef(op.where);
-  n->key = Py_NewRef(key);
-  for (PyObject** f : {&n->region, &n->plan, &n->fast, &n->_new_bytes, &n->_alias_outs})
-    *f = Py_NewRef(Py_None);
+  if (o != nullptr && !set_fields(reinterpret_cast<NodeObject*>(o), parent->depth + 1, op.metas,
+                                  op.structure, op.where, key))
+    Py_CLEAR(o);
   return o;
 }
 
 // Node.extend(records, keys=None): cache._Fields.extend in C. The node at the end of the path
 // of the records' keys (or ``keys``, one per record) from this one, each missing node made on
-// the way, and whether one was: (node, new).
+// the way.
 PyObject* node_extend(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   PyObject* records = n >= 1 ? argv[0] : nullptr;
   PyObject* keys = n >= 2 ? argv[1] : Py_None;
   if (n < 1 || n > 2 || !PyList_Check(records) ||
-      (keys != Py_None && (!PyList_Check(keys) || PyList_GET_SIZE(keys) != PyList_GET_SIZE(records)))) {
+      (keys != Py_None &&
+       (!PyList_Check(keys) || PyList_GET_SIZE(keys) != PyList_GET_SIZE(records)))) {
     PyErr_SetString(PyExc_TypeError,
                     "neuron_lab: Node.extend(records: list, keys: list of as many or None)");
     return nullptr;
@@ -110,15 +107,13 @@ PyObject* node_extend(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
     }
     Py_SETREF(at, nxt);
   }
-  PyObject* out = PyTuple_Pack(2, at, made ? Py_True : Py_False);
-  Py_DECREF(at);
-  return out;
+  return at;
 }
 
 PyMethodDef node_methods[] = {
     {"extend", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&node_extend)), METH_FASTCALL,
-     "extend(records, keys=None) -> (node, new): the node at the end of the records' key path "
-     "(or keys') from this one, each missing node made on the way; new: whether one was"},
+     "extend(records, keys=None) -> node: the node at the end of the records' key path (or "
+     "keys') from this one, each missing node made on the way"},
     {nullptr, nullptr, 0, nullptr}};
 
 #define FIELD(f) , &NodeObject::f
