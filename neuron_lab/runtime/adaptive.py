@@ -84,7 +84,14 @@ class Engine(Deferral):
         self.queue = LaunchQueue()
         self._reading_thread = 0   # the thread running a read ``cone_reads`` made independent
         self.seg = Segment()    # one for the engine's life: the C path holds it
+        self._flushing = 0      # flushes running (a launch runs in them)
         self.forget()
+
+    def active(self) -> bool:
+        """Is the engine at work: ops queued in the open segment, a flush (its launch)
+        running, or launches queued on the device's thread? A background compile's load waits
+        while it is (``worker.watch``)."""
+        return self.seg.depth > 0 or self._flushing > 0 or self.queue.busy()
 
     def forget(self) -> None:
         """Start learning again: no region, program or counter. With nothing queued
@@ -325,6 +332,14 @@ class Engine(Deferral):
 
     def _flush(self, reason: str, wait: bool = True) -> None:
         worker.note_activity()               # background compiles' loads wait for a pause
+        self._flushing += 1
+        try:
+            self._end_and_launch(reason, wait)
+        finally:
+            self._flushing -= 1
+            worker.note_activity()
+
+    def _end_and_launch(self, reason: str, wait: bool) -> None:
         seg = self.seg
         depth = seg.depth
         fl = self.stats["flushes"]

@@ -142,6 +142,7 @@ def install(runtime: Runtime | None = None) -> Runtime:
             old.flush("runtime-switch")
         _current = rt
         runtime_interface.install(fastpath.runtime_for(rt.engine))
+        worker.watch(rt.engine)
         _follow_mode()
         return rt
 

@@ -47,7 +47,8 @@ COMPILE_NICE = Knob("NEURON_LAB_COMPILE_NICE", 19, int, minimum=0,
 COMPILE_LOAD_IDLE_MS = Knob("NEURON_LAB_COMPILE_LOAD_IDLE_MS", 20.0, float, minimum=0.0,
                             doc="a background compile's part in the user's process (the cache "
                                 "load after the helper; the whole compile without it) starts "
-                                "once the engine has ended no segment for this long (0: at once)")
+                                "once the engine has ended no segment for this long and is not "
+                                "at work (0: at once)")
 COMPILE_LOAD_WAIT_S = Knob("NEURON_LAB_COMPILE_LOAD_WAIT_S", 1.0, float, minimum=0.0,
                            doc="how long that part waits for the engine to go idle at most")
 COMPILE_TIMEOUT_S = Knob("NEURON_LAB_COMPILE_TIMEOUT_S", 600.0, float, minimum=0.0,

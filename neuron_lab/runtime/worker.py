@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 
 import torch
 from torch import fx
@@ -54,6 +55,8 @@ state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "dropped": 0, "cance
          "seconds": 0.0, "waiting_idle": 0, "idle_wait_s": 0.0}
 _closing = False
 _last_activity = 0.0    # time.monotonic() when the engine last ended a segment (``note_activity``)
+_watched = None         # a weak reference to the installed engine (``watch``)
+_waiters = 0            # threads in ``wait``: the user's thread waits for the compiles, no pause to keep
 
 
 class _Cancelled(BaseException):
@@ -121,10 +124,28 @@ def note_activity() -> None:
     _last_activity = time.monotonic()
 
 
+def watch(engine) -> None:
+    """The installed engine (``installation.install``): while it is at work (``engine.active()``:
+    ops queued, a launch running) it is in use however long ago a segment ended. A step whose
+    ops take longer to issue than ``NEURON_LAB_COMPILE_LOAD_IDLE_MS``, or a launch that runs
+    longer, is no pause. Held weakly."""
+    global _watched
+    _watched = weakref.ref(engine)
+
+
+def _engine_active() -> bool:
+    """Is the installed engine at work, and nobody waiting for the compiles?"""
+    w = _watched
+    e = w() if w is not None else None
+    return e is not None and e.active() and not _waiters
+
+
 def _wait_for_idle() -> None:
     """Hold the in-process part of a background compile until the engine has ended no segment
-    for ``NEURON_LAB_COMPILE_LOAD_IDLE_MS`` (20 ms), or ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` (1 s)
-    at most. That part holds the GIL: with the helper it is the load from inductor's caches
+    for ``NEURON_LAB_COMPILE_LOAD_IDLE_MS`` (20 ms) and is not at work (``watch``; a thread in
+    ``wait`` is the pause), or
+    ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` (1 s) at most. That part holds the GIL: with the helper
+    it is the load from inductor's caches
     (AOTAutograd's cache key, fake inputs, the program's modules: 35-70 ms of CPU for an MLP
     train step's region), without it the whole compile. Run beside the user's loop it adds its
     CPU to the loop's on one core and takes turns at the GIL with it on more: a notebook cell
@@ -141,12 +162,12 @@ def _wait_for_idle() -> None:
         while not _closing:
             now = time.monotonic()
             quiet = now - _last_activity
-            if quiet >= idle or now >= deadline:
+            if (quiet >= idle and not _engine_active()) or now >= deadline:
                 return
             if not waited:
                 waited = True
                 _add("waiting_idle", 1)
-            time.sleep(min(idle - quiet, deadline - now))
+            time.sleep(min(max(idle - quiet, idle / 4), deadline - now))
     finally:
         if waited:
             _add("waiting_idle", -1)
@@ -279,9 +300,16 @@ def pending() -> int:
 
 def wait(timeout: float | None = None) -> bool:
     """Block until every queued compile finished (tests, benchmarks); True if drained."""
+    global _waiters
     deadline = None if timeout is None else time.monotonic() + timeout
-    while state["queued"] > 0:
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    with _lock:
+        _waiters += 1
+    try:
+        while state["queued"] > 0:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+    finally:
+        with _lock:
+            _waiters -= 1

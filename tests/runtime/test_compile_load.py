@@ -2,9 +2,10 @@
 
 That part (the load from inductor's caches after the helper; the whole compile without it)
 holds the GIL, so it runs once the engine has ended no segment for
-``NEURON_LAB_COMPILE_LOAD_IDLE_MS``, or after ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` at most
-(runtime/worker.py, ``_wait_for_idle``).
+``NEURON_LAB_COMPILE_LOAD_IDLE_MS`` and is not at work, or after ``NEURON_LAB_COMPILE_LOAD_WAIT_S``
+at most (runtime/worker.py, ``_wait_for_idle``).
 """
+import contextlib
 import threading
 import time
 
@@ -40,14 +41,22 @@ def _calls(monkeypatch) -> list:
     return calls
 
 
+@contextlib.contextmanager
+def _background_compiles(idle_ms: float, wait_s: float):
+    """Every region compiled after its first run, in the worker thread (no helper), its
+    in-process part held for ``idle_ms`` of pause, ``wait_s`` at most."""
+    with knobs.COMPILE.scoped(True), knobs.COMPILE_AFTER.scoped(1), \
+            knobs.COMPILE_HELPER.scoped(False), knobs.SYNC_COMPILE.scoped(False), \
+            knobs.COMPILE_LOAD_IDLE_MS.scoped(idle_ms), knobs.COMPILE_LOAD_WAIT_S.scoped(wait_s):
+        yield
+
+
 def test_the_in_process_compile_waits_until_the_loop_pauses(fresh_engine, monkeypatch):
     calls = _calls(monkeypatch)
     x_cpu = torch.randn(256)
     x = x_cpu.to("neuron")
     want = _step(x_cpu)
-    with knobs.COMPILE.scoped(True), knobs.COMPILE_AFTER.scoped(1), \
-            knobs.COMPILE_HELPER.scoped(False), knobs.SYNC_COMPILE.scoped(False), \
-            knobs.COMPILE_LOAD_IDLE_MS.scoped(1000.0), knobs.COMPILE_LOAD_WAIT_S.scoped(600.0):
+    with _background_compiles(idle_ms=1000.0, wait_s=600.0):
         wait_s = worker.state["idle_wait_s"]
         # the loop runs until the compile is queued and held at the gate, then 0.5 s more
         _until(lambda: worker.state["waiting_idle"] == 1, during=lambda: _step(x))
@@ -63,13 +72,39 @@ def test_the_in_process_compile_waits_until_the_loop_pauses(fresh_engine, monkey
     assert any(r["status"] in ("trial", "fused") for r in runtime.regions())
 
 
+def _slow_step(x):
+    """A step whose host work (50 ms) comes between its ops: its segment stays open meanwhile."""
+    y = torch.tanh(x * 1.5)
+    time.sleep(0.05)
+    return (y + 0.25).sum().item()
+
+
+def test_a_step_that_issues_for_longer_than_the_idle_time_is_no_pause(fresh_engine, monkeypatch):
+    """The step ends no segment for longer than ``NEURON_LAB_COMPILE_LOAD_IDLE_MS``, but its
+    ops are queued all the while (``Engine.active``): the load waits until the loop pauses, as
+    for a loop of short steps (a tiny GPT's forward and backward issue one segment for ~30 ms,
+    and loads that started inside it took its steps from 30 ms to 200-500 ms)."""
+    calls = _calls(monkeypatch)
+    x_cpu = torch.randn(256)
+    x = x_cpu.to("neuron")
+    want = _slow_step(x_cpu)
+    with _background_compiles(idle_ms=20.0, wait_s=600.0):
+        _until(lambda: worker.state["waiting_idle"] == 1 or calls, during=lambda: _slow_step(x))
+        assert not calls                         # not loaded inside a step
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            assert abs(_slow_step(x) - want) <= 1e-4 * abs(want) + 1e-5
+        assert not calls                         # held while the steps issued their ops
+        runtime.wait_compiles()                  # the loop pauses here: the compile goes on
+    assert len(calls) == 1
+    assert any(r["status"] in ("trial", "fused") for r in runtime.regions())
+
+
 def test_a_loop_that_never_pauses_gets_its_program_after_the_longest_wait(fresh_engine,
                                                                            monkeypatch):
     calls = _calls(monkeypatch)
     x = torch.randn(256).to("neuron")
-    with knobs.COMPILE.scoped(True), knobs.COMPILE_AFTER.scoped(1), \
-            knobs.COMPILE_HELPER.scoped(False), knobs.SYNC_COMPILE.scoped(False), \
-            knobs.COMPILE_LOAD_IDLE_MS.scoped(1000.0), knobs.COMPILE_LOAD_WAIT_S.scoped(0.3):
+    with _background_compiles(idle_ms=1000.0, wait_s=0.3):
         held = []
         _until(lambda: worker.state["waiting_idle"] == 1, during=lambda: _step(x))
         t0 = time.monotonic()
