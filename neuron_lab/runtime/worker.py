@@ -56,7 +56,7 @@ state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "dropped": 0, "cance
 _closing = False
 _last_activity = 0.0    # time.monotonic() when the engine last ended a segment (``note_activity``)
 _watched = None         # a weak reference to the installed engine (``watch``)
-_waiters = 0            # threads in ``wait``: the user's thread waits for the compiles, no pause to keep
+_waiters = 0            # threads in ``wait``: the user waits for the compiles, a pause
 
 
 class _Cancelled(BaseException):
@@ -143,14 +143,13 @@ def _engine_active() -> bool:
 def _wait_for_idle() -> None:
     """Hold the in-process part of a background compile until the engine has ended no segment
     for ``NEURON_LAB_COMPILE_LOAD_IDLE_MS`` (20 ms) and is not at work (``watch``; a thread in
-    ``wait`` is the pause), or
-    ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` (1 s) at most. That part holds the GIL: with the helper
-    it is the load from inductor's caches
-    (AOTAutograd's cache key, fake inputs, the program's modules: 35-70 ms of CPU for an MLP
-    train step's region), without it the whole compile. Run beside the user's loop it adds its
-    CPU to the loop's on one core and takes turns at the GIL with it on more: a notebook cell
-    re-run whose regions reach ``NEURON_LAB_COMPILE_AFTER`` during the run took 64-80 ms on one
-    core against 25 ms per-op without the load. Waiting moves it into the pause after the cell;
+    ``wait`` is the pause), or ``NEURON_LAB_COMPILE_LOAD_WAIT_S`` (1 s) at most. That part
+    holds the GIL: with the helper it is the load from inductor's caches (AOTAutograd's cache
+    key, fake inputs, the program's modules: 35-70 ms of CPU for an MLP train step's region),
+    without it the whole compile. Run beside the user's loop it adds its CPU to the loop's on
+    one core and takes turns at the GIL with it on more: a notebook cell re-run whose regions
+    reach ``NEURON_LAB_COMPILE_AFTER`` during the run took 64-80 ms on one core against 25 ms
+    per-op without the load. Waiting moves it into the pause after the cell;
     a loop that never pauses gets its programs at most the wait later."""
     idle = knobs.COMPILE_LOAD_IDLE_MS.get() / 1e3
     if idle <= 0:
