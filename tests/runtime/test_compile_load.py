@@ -100,6 +100,21 @@ def test_a_step_that_issues_for_longer_than_the_idle_time_is_no_pause(fresh_engi
     assert any(r["status"] in ("trial", "fused") for r in runtime.regions())
 
 
+def test_waiting_for_the_compiles_is_a_pause_with_ops_still_queued(fresh_engine, monkeypatch):
+    """``runtime.wait_compiles()`` with a segment left open (its ops queued, nothing read):
+    the thread that waits is the pause, so the load does not wait for the engine to end it."""
+    calls = _calls(monkeypatch)
+    x_cpu = torch.randn(256)
+    x = x_cpu.to("neuron")
+    with _background_compiles(idle_ms=1000.0, wait_s=30.0):
+        _until(lambda: worker.state["waiting_idle"] == 1, during=lambda: _step(x))
+        y = torch.tanh(x * 1.5)              # deferred along the known region: left queued
+        assert runtime.current().engine.active()
+        assert runtime.wait_compiles(timeout=10.0)   # not the 30 s bound
+    assert len(calls) == 1
+    assert torch.equal(y.cpu(), torch.tanh(x_cpu * 1.5))
+
+
 def test_a_loop_that_never_pauses_gets_its_program_after_the_longest_wait(fresh_engine,
                                                                            monkeypatch):
     calls = _calls(monkeypatch)
