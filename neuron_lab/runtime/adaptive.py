@@ -84,14 +84,14 @@ class Engine(Deferral):
         self.queue = LaunchQueue()
         self._reading_thread = 0   # the thread running a read ``cone_reads`` made independent
         self.seg = Segment()    # one for the engine's life: the C path holds it
-        self._flushing = 0      # flushes running (a launch runs in them)
+        self._launching = 0     # launches running on this engine's issuing threads
         self.forget()
 
     def active(self) -> bool:
-        """Is the engine at work: ops queued in the open segment, a flush (its launch)
-        running, or launches queued on the device's thread? A background compile's load waits
-        while it is (``worker.watch``)."""
-        return self.seg.depth > 0 or self._flushing > 0 or self.queue.busy()
+        """Is the engine at work: ops queued in the open segment, a launch running, or
+        launches queued on the device's thread? A background compile's load waits while it is
+        (``worker.watch``)."""
+        return self.seg.depth > 0 or self._launching > 0 or self.queue.busy()
 
     def forget(self) -> None:
         """Start learning again: no region, program or counter. With nothing queued
@@ -254,6 +254,15 @@ class Engine(Deferral):
         would only slow both; a trial's samples are timed where nothing competes. Nor while a
         compile runs: the helper process uses the other core then, and fused launches queued
         beside it slow the user's loop (the bench's W7 measures that loop)."""
+        worker.note_activity()               # background compiles' loads wait for a pause
+        self._launching += 1
+        try:
+            self._launch_segment(region, wait)
+        finally:
+            self._launching -= 1
+            worker.note_activity()
+
+    def _launch_segment(self, region, wait: bool) -> None:
         recs = self.seg.records
         with deferred_interrupts():          # Ctrl-C lands after every pending value is filled
             self.stats["ops_deferred"] += len(recs)
@@ -332,14 +341,6 @@ class Engine(Deferral):
 
     def _flush(self, reason: str, wait: bool = True) -> None:
         worker.note_activity()               # background compiles' loads wait for a pause
-        self._flushing += 1
-        try:
-            self._end_and_launch(reason, wait)
-        finally:
-            self._flushing -= 1
-            worker.note_activity()
-
-    def _end_and_launch(self, reason: str, wait: bool) -> None:
         seg = self.seg
         depth = seg.depth
         fl = self.stats["flushes"]
