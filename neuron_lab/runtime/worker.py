@@ -54,7 +54,7 @@ _lock = threading.Lock()
 state = {"queued": 0, "running": 0, "done": 0, "failed": 0, "dropped": 0, "cancelled": 0,
          "seconds": 0.0, "waiting_idle": 0, "idle_wait_s": 0.0}
 _closing = False
-_last_activity = 0.0    # time.monotonic() when the engine last ended a segment (``note_activity``)
+_last_activity = 0.0    # time.monotonic() of the last segment end or launch (``note_activity``)
 _watched = None         # a weak reference to the installed engine (``watch``)
 _waiters = 0            # threads in ``wait``: the user waits for the compiles, a pause
 
@@ -119,7 +119,7 @@ def _compiled(region, gm, examples, build, floats):
 
 
 def note_activity() -> None:
-    """The engine ended a segment (launched, replayed or cached it): the device is in use."""
+    """The engine ended a segment, or started or finished a launch: the device is in use."""
     global _last_activity
     _last_activity = time.monotonic()
 
