@@ -110,9 +110,9 @@ def serve(engine, f, args, kwargs) -> bool:
     writes |= segment
     wanted = []
     for a in _tensors((*args, *(kwargs.values() if kwargs else ()))):
-        p = producers.get(id(a))
-        if p is not None and p.obj() is a:
-            wanted.append(p.pos)
+        r = producers.of(a)
+        if r is not None:
+            wanted.append(r.pos)
         elif not _independent(a, writes):
             return False
     cone = _cone(records, wanted) if wanted else []

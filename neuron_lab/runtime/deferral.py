@@ -25,7 +25,7 @@ from . import core, pending
 from .cache import Node
 from .launch_queue import LaunchQueue
 from .output_plans import CALLER, PENDING, derive
-from .record import producer_entry, queued_op, rebuild, ref, storage_id, storage_ref, weak_ref
+from .record import queued_op, rebuild, ref, storage_ref, weak_ref
 from .segment import Segment
 
 Tensor = torch.Tensor
@@ -74,8 +74,8 @@ class Deferral:
                 pairs.append((tr, sr))
                 if spec.queueable:
                     r = ref(pos, k)
-                    prod[id(t)] = producer_entry(pos, k, tr, r)
-                    prod[storage_id(t)] = producer_entry(pos, k, sr, r)
+                    prod.set(t, r)
+                    prod.set_storage(t, r)
             elif kind == CALLER:                           # in-place / out=: caller's tensor
                 a = spec.arg
                 t = args[a] if type(a) is int else kwargs[a]
@@ -90,7 +90,7 @@ class Deferral:
         for k in nxt.alias_outs:                     # in-place results are produced here
             t = outs[k]
             if t is not None and t.dtype not in HOST_ONLY:
-                prod[id(t)] = producer_entry(pos, k, weak_ref(t), ref(pos, k))
+                prod.set(t, ref(pos, k))
         seg.append(queued_op(f, targs, tkw, key, pairs, nxt.metas, nxt.structure, nxt.where,
                              plan))
         seg.node = nxt
@@ -120,13 +120,12 @@ class Deferral:
         tr, sr = weak_ref(t), storage_ref(t)
         if fast.queueable:
             prod = seg.producers
-            prod[id(t)] = producer_entry(pos, 0, tr, fast.ref)
+            prod.set(t, fast.ref)
             same = fast.same_as
             if same is None:
-                prod[storage_id(t)] = producer_entry(pos, 0, sr, fast.ref)
+                prod.set_storage(t, fast.ref)
             else:                          # an identity view: its storage names the first
-                p, k = pos - same[0], same[1]
-                prod[storage_id(t)] = producer_entry(p, k, sr, ref(p, k))
+                prod.set_storage(t, ref(pos - same[0], same[1]))
         seg.append(queued_op(f, described[1], described[2], nxt.key, [(tr, sr)], nxt.metas, "t",
                              nxt.where, nxt.plan))
         seg.node = nxt

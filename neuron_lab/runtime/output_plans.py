@@ -107,10 +107,10 @@ def identity_view(facts, key, meta: OutMeta, pos: int, seg):
         return None
     pair = src.outs[kk]
     sid = storage_id(pair[1]) if pair is not None else None
-    p = seg.producers.get(sid) if sid is not None else None
-    if p is None or storage_id(p.obj) != sid:
+    r = seg.producers.of_pending_storage(sid) if sid is not None else None
+    if r is None:
         return d, kk
-    return pos - p.pos, p.k
+    return pos - r.pos, r.k
 
 
 def out_plan(facts, metas) -> tuple[OutSpec, ...]:

@@ -70,31 +70,6 @@ _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2
 weak_ref = core.implementation("weak_ref", weakref.ref)
 
 
-class _Produced(NamedTuple):
-    """A producers-map entry (``Engine.seg.producers``, keyed by ``id`` of an output tensor, by
-    ``storage_id`` of a pending output's storage, or by a captured output's ``storage_key``):
-    which op of the segment made it, a weak reference that tells a live object from a new one
-    reusing the id, and the argument template naming it. The reference
-    ``NEURON_LAB_NATIVE_DEFER=0`` runs with; the extension's ``Produced``
-    (``csrc/produced.cpp``) has the same fields in a C struct its C++ builds and reads."""
-    pos: int
-    k: int
-    obj: Any                  # weak_ref(tensor or storage)
-    ref: Ref
-
-
-Produced = core.implementation("Produced", _Produced)
-
-
-def producer_entry(pos: int, k: int, obj, r: Ref) -> Produced:
-    """A ``Produced`` (the NamedTuple's without its Python ``__new__``)."""
-    return _tuple_new(_Produced, (pos, k, obj, r))
-
-
-if Produced is not _Produced:
-    producer_entry = Produced    # noqa: F811 - the C type's constructor takes them as they are
-
-
 def _storage_ref(t):
     return weakref.ref(t.untyped_storage())
 
@@ -115,52 +90,31 @@ storage_ref = core.implementation("storage_ref", _storage_ref)
 storage_id = core.implementation("storage_id", _storage_id)
 
 
-def storage_key(t, meta: "OutMeta") -> tuple:
-    """The key of a captured output's storage entry, from the output ``t``: a view shares its
-    base's storage, so the storage alone does not name the output a shallow copy stands for;
-    its metadata does. A storage is keyed by its StorageImpl (``storage_id``), never by ``id``
-    of its Python object."""
-    return storage_id(t), meta
-
-
-def storage_entry(producers: dict, t, meta: "OutMeta"):
-    """The live producer entry of the storage of ``t`` (a tensor) seen with metadata ``meta``,
-    or None: a captured output's (``storage_key``) first, it is the later producer in a segment
-    that captured after it deferred, else a pending output's (``storage_id``)."""
-    sid = storage_id(t)
-    for key in ((sid, meta), sid):
-        p = producers.get(key)
-        if p is not None and storage_id(p.obj) == sid:
-            return p
-    return None
-
-
-def _by_storage(a: Tensor, producers: dict):
+def _by_storage(a: Tensor, producers) -> "Ref | None":
     """A C++ shallow copy of a region output (``.data``, autograd's saved outputs) is a new
     Python object over the same storage. Every pending output has a storage of its own, so its
     storage names the producer; a captured output's storage may be shared with its views, so
-    the entry is the one with the copy's metadata too (``storage_entry``). Only objects without
-    a cached host view can be such copies."""
+    the entry is the one with the copy's metadata too (``Producers.of_storage``). Only objects
+    without a cached host view can be such copies; a copy found gets an entry of its own."""
     if "_d" in a.__dict__:
         return None
-    p = storage_entry(producers, a, out_meta(a))
-    if p is None:
-        return None
-    producers[id(a)] = producer_entry(p.pos, p.k, weak_ref(a), p.ref)
-    return p
+    r = producers.of_storage(a, out_meta(a))
+    if r is not None:
+        producers.set(a, r)
+    return r
 
 
-def _describe(a: Any, pos: int, producers: dict, floats: bool = False):
+def _describe(a: Any, pos: int, producers, floats: bool = False):
     """(key, template) of one argument; the template has ``Ref`` for region-internal tensors.
     ``floats``: the op's floats are data (keyed by type only)."""
     if isinstance(a, Tensor):
         if a.is_cpu or a.dtype in HOST_ONLY:
             raise NotQueueable
-        p = producers.get(id(a))
-        if p is None or p.obj() is not a:
-            p = _by_storage(a, producers)
-        if p is not None:
-            return ("r", pos - p.pos, p.k), p.ref
+        r = producers.of(a)
+        if r is None:
+            r = _by_storage(a, producers)
+        if r is not None:
+            return ("r", pos - r.pos, r.k), r
         return ("x", a.shape, a.stride(), a.storage_offset(), a.dtype), a
     t = type(a)
     if t is list or t is tuple:
@@ -181,7 +135,7 @@ def _describe(a: Any, pos: int, producers: dict, floats: bool = False):
     raise NotQueueable
 
 
-def describe(facts, args, kwargs, pos: int, producers: dict):
+def describe(facts, args, kwargs, pos: int, producers):
     """The op's key and its argument templates (args, kwargs). On the hot path of every queued
     op: a plain tensor made earlier in the segment (the common argument) and a float that is
     data take the inline branches; everything else ``_describe``."""
@@ -190,10 +144,10 @@ def describe(facts, args, kwargs, pos: int, producers: dict):
     for a in args:
         t = type(a)
         if t is Tensor:
-            p = producers.get(id(a))
-            if p is not None and p.obj() is a:     # only neuron, queueable dtypes get entries
-                keys.append(("r", pos - p.pos, p.k))
-                targs.append(p.ref)
+            r = producers.of(a)
+            if r is not None:                       # only neuron, queueable dtypes get entries
+                keys.append(("r", pos - r.pos, r.k))
+                targs.append(r)
                 continue
         elif t is float and floats:
             keys.append(FLOAT)
@@ -322,8 +276,8 @@ def structure_of(out) -> Any:
 
 def record_run_py(facts, targs, tkw, key, out, where, seg) -> None:
     """Queue the record of an op that ran now (the engine's capture) on segment ``seg``
-    (``segment.Segment``), with its outputs' producer entries (under ``id`` of each output and
-    ``storage_key``; a host-only output gets none: it is never a queued argument).
+    (``segment.Segment``), with its outputs' producer entries (each output's, and its storage's
+    seen with its metadata; a host-only output gets none: it is never a queued argument).
     ``record_run`` is this function in C where the runtime's extension is built
     (csrc/record.cpp), ~5 us less per captured op."""
     outs = flatten_outputs(out)
@@ -336,10 +290,9 @@ def record_run_py(facts, targs, tkw, key, out, where, seg) -> None:
     for k, t in enumerate(outs):
         if t is not None and t.dtype not in HOST_ONLY:
             r = ref(pos, k)
-            producers[id(t)] = producer_entry(pos, k, weak_ref(t), r)
-            if _keeps_storage_entry(t, metas[k], structure, targs, tkw, seg):
-                continue
-            producers[storage_key(t, metas[k])] = producer_entry(pos, k, storage_ref(t), r)
+            producers.set(t, r)
+            if not _keeps_storage_entry(t, metas[k], structure, targs, tkw, seg):
+                producers.set_view_storage(t, metas[k], r)
 
 
 def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, seg) -> bool:
@@ -359,7 +312,7 @@ def _keeps_storage_entry(t: Tensor, meta: OutMeta, structure, targs, tkw, seg) -
     src = targs[0]
     if seg.record(src.pos).metas[src.k] != meta:
         return False
-    return storage_entry(seg.producers, t, meta) is not None
+    return seg.producers.of_storage(t, meta) is not None
 
 
 def rebuild(structure, outs: list):

@@ -10,6 +10,7 @@ with the Python class below, the reference with the same fields.
 from __future__ import annotations
 
 from . import core
+from .producers import _Producers
 
 
 class _Fields:
@@ -23,8 +24,7 @@ class _Fields:
 
     def __init__(self) -> None:
         self._records: list = []         # [record.QueuedOp], in issue order
-        # {id(tensor), storage_id(storage) or storage_key: record.Produced}
-        self._producers: dict = {}
+        self._producers = _Producers()   # the queued ops' outputs (producers.py)
         self.node = None                 # the trie node of the last deferred op
         self.root = None                 # the region trie's root
         self.stats = None                # the engine's counters
@@ -46,8 +46,8 @@ class _Fields:
         return len(self._records)
 
     @property
-    def producers(self) -> dict:
-        """The queued ops' outputs: {id(tensor), storage_id(storage) or storage_key: Produced}."""
+    def producers(self) -> _Producers:
+        """The queued ops' outputs (``producers._Producers``; the C segment's is the C map)."""
         return self._producers
 
     @property
@@ -67,7 +67,7 @@ class _Fields:
         """No op queued and no producer entry (the segment ends); a list holding the ended
         segment's records keeps them."""
         self._records = []
-        self._producers = {}
+        self._producers = _Producers()
 
 
 Segment = core.implementation("Segment", _Fields)

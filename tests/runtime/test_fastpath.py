@@ -17,7 +17,7 @@ import torch
 
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
-from neuron_lab.runtime import fastpath, output_plans, record
+from neuron_lab.runtime import fastpath, output_plans, producers, record
 from neuron_lab.runtime.segment import _Fields
 
 ext = fastpath.extension()
@@ -26,22 +26,35 @@ pytestmark = pytest.mark.skipif(ext is None, reason="the deferral extension is n
 aten = torch.ops.aten
 
 
-def _both(op, args, kwargs, pos, producers):
+def _maps(fill=None):
+    """A reference producers map and a C one (``fill``: what puts the same entries in each)."""
+    maps = producers._Producers(), ext.Producers()
+    for m in maps:
+        if fill is not None:
+            fill(m)
+    return maps
+
+
+def _both(op, args, kwargs, pos, fill=None):
+    """record.describe with a reference map, and the C key builder with a C map, each holding
+    the entries ``fill`` makes."""
     f = facts(op)
-    want = record.describe(f, args, kwargs, pos, dict(producers))
-    got = ext.describe(f, tuple(args), kwargs, pos, dict(producers))
+    py_map, c_map = _maps(fill)
+    want = record.describe(f, args, kwargs, pos, py_map)
+    got = ext.describe(f, tuple(args), kwargs, pos, c_map)
     return want, got
 
 
 def _calls():
-    """Calls with every kind of argument, and the producers map they are described with (a
-    tensor made by op 2 of the segment)."""
+    """Calls with every kind of argument, and what fills the producers map they are described
+    with (a tensor made by op 2 of the segment)."""
     n = torch.randn(3, 4).to("neuron")
     p = torch.nn.Parameter(torch.randn(4).to("neuron"))
     made = torch.randn(3, 4).to("neuron")
-    producers = {}
-    r = record.ref(2, 0)
-    producers[id(made)] = record.Produced(2, 0, __import__("weakref").ref(made), r)
+
+    def fill(m):
+        m.set(made, record.ref(2, 0))
+
     cases = [
         (aten.mul.Tensor, (n, made), None),                        # an input, a tensor made at 2
         (aten.add.Tensor, (made, 0.5), {"alpha": 2}),              # float data, a kwarg
@@ -54,13 +67,13 @@ def _calls():
         (aten._foreach_mul.Scalar, ([n, p], 0.9), None),
         (aten.add.Tensor, (p, made), None),                         # a Parameter (a subclass)
     ]
-    return cases, producers, made
+    return cases, fill, made
 
 
 def test_keys_equal_python_describe_for_every_argument_kind():
-    cases, producers, _ = _calls()
+    cases, fill, _ = _calls()
     for op, args, kwargs in cases:
-        want, got = _both(op, args, kwargs, 5, producers)
+        want, got = _both(op, args, kwargs, 5, fill)
         assert got[0] == want[0], op
         assert hash(got[0]) == hash(want[0]), op
         assert len(got[1]) == len(want[1])
@@ -74,9 +87,9 @@ class _Sub(torch.Tensor):
     pass
 
 
-def _key_or_none(f, args, kwargs, pos, producers):
+def _key_or_none(f, args, kwargs, pos, py_map):
     try:
-        return record.describe(f, args, kwargs, pos, dict(producers))
+        return record.describe(f, args, kwargs, pos, py_map)
     except record.NotQueueable:
         return None
 
@@ -87,7 +100,8 @@ def test_the_hot_path_compares_a_trie_key_in_place_as_describe_would():
     record.describe's key equals it, and give describe's templates. Every call against every
     other's key: region inputs of other layouts and dtypes, a CPU tensor and a float64 one
     (describe refuses them), a tensor made one op further back, another kwarg, another op."""
-    cases, producers, made = _calls()
+    cases, fill, made = _calls()
+    py_map, c_map = _maps(fill)
     base = torch.randn(4, 6).to("neuron")
     cases += [(aten.neg.default, (a,), None) for a in (
         base, base.t(), base[1:, 2:], base[2], base[3], torch.tensor(3.0).to("neuron"),
@@ -99,7 +113,7 @@ def test_the_hot_path_compares_a_trie_key_in_place_as_describe_would():
               (aten.view.default, (made, [2, 6]), None),
               (aten.view.default, (made, [4, True]), None),
               (aten.mul.Tensor, (made, made), None)]
-    described = [(facts(op), args, kwargs, _key_or_none(facts(op), args, kwargs, 5, producers))
+    described = [(facts(op), args, kwargs, _key_or_none(facts(op), args, kwargs, 5, py_map))
                  for op, args, kwargs in cases]
     compared = 0
     for f, args, kwargs, mine in described:
@@ -107,8 +121,8 @@ def test_the_hot_path_compares_a_trie_key_in_place_as_describe_would():
             if other is None:
                 continue
             for pos in (5, 6):      # at 6, the tensor made at 2 is one op further back
-                here = _key_or_none(f, args, kwargs, pos, producers)
-                got = ext.match_key(f, tuple(args), kwargs, pos, dict(producers), other[0])
+                here = _key_or_none(f, args, kwargs, pos, py_map)
+                got = ext.match_key(f, tuple(args), kwargs, pos, c_map, other[0])
                 assert (got is not None) == (here is not None and here[0] == other[0]), (f, args)
                 compared += 1
                 if got is None:
@@ -128,7 +142,7 @@ def test_region_input_keys_read_from_the_tensor_equal_the_python_attributes():
               torch.nn.Parameter(torch.randn(2, 3).to("neuron")), base.as_subclass(_Sub),
               torch.zeros(0, 3).to("neuron"), torch.ones(5, dtype=torch.int32).to("neuron")]
     for a in inputs:
-        want, got = _both(aten.neg.default, (a,), None, 0, {})
+        want, got = _both(aten.neg.default, (a,), None, 0)
         key = got[0][1][0]
         assert key == want[0][1][0] == ("x", a.shape, a.stride(), a.storage_offset(), a.dtype)
         assert type(key[1]) is torch.Size and type(key[2]) is tuple and key[4] is a.dtype
@@ -138,37 +152,38 @@ def test_region_input_keys_read_from_the_tensor_equal_the_python_attributes():
 def test_shallow_copy_of_an_output_is_found_by_its_storage():
     made = torch.randn(6).to("neuron")
     copy = made.data                      # a C++ shallow copy: no cached host view
-    producers = {}
-    import weakref
-    r = record.ref(1, 0)
-    st = made.untyped_storage()
-    producers[st._cdata] = record.Produced(1, 0, weakref.ref(st), r)   # a storage's key
     if "_d" in copy.__dict__:
         pytest.skip("this build caches host views on shallow copies")
+    r = record.ref(1, 0)
     f = facts(aten.neg.default)
-    got = ext.describe(f, (copy,), None, 4, producers)
-    assert got[0] == (f, (("r", 3, 0),)) and got[1][0] is r
-    assert producers[id(copy)].ref is r   # an entry of its own, as record._by_storage adds
+    for m, describe in zip(_maps(lambda m: m.set_storage(made, r)),   # a pending storage's
+                           (record.describe, ext.describe)):
+        assert m.of(copy) is None
+        got = describe(f, (copy,), None, 4, m)
+        assert got[0] == (f, (("r", 3, 0),)) and got[1][0] is r
+        assert m.of(copy) is r            # an entry of its own, as record._by_storage adds
 
 
 def test_shallow_copy_of_a_captured_output_with_views_names_its_own_op():
     """A captured output and its view share a storage: the copy's metadata picks the entry
-    (record.storage_key), in C as in Python."""
+    (``Producers.of_storage``), in C as in Python: each segment records the base and the view
+    (``record_run`` and its reference) and describes the copies with its own map."""
     with rt.mode("eager"):
         base = torch.randn(4, 6).to("neuron")
         view = base.t()
     copies = {"base": base.data, "view": view.data}
     if any("_d" in c.__dict__ for c in copies.values()):
         pytest.skip("this build caches host views on shallow copies")
-    seg = _Fields()                       # the Python reference segment
-    seg.append(object())                  # op 0
-    for out in (base, view):              # ops 1 and 2: the base, then its view
-        record.record_run_py(facts(aten.t.default), (), None, None, out, None, seg)
-    producers = seg.producers
+    segs = _Fields(), ext.Segment()       # the Python reference segment, the C one
     f = facts(aten.neg.default)
-    for name, pos in (("base", 1), ("view", 2)):
-        want, got = _both(aten.neg.default, (copies[name],), None, 4, producers)
-        assert want[0] == got[0] == (f, (("r", 4 - pos, 0),)), name
+    for seg, run, describe in zip(segs, (record.record_run_py, ext.record_run),
+                                  (record.describe, ext.describe)):
+        seg.append(record.QueuedOp(f, (), None, None, []))   # op 0
+        for out in (base, view):          # ops 1 and 2: the base, then its view
+            run(facts(aten.t.default), (), None, None, out, None, seg)
+        for name, pos in (("base", 1), ("view", 2)):
+            got = describe(f, (copies[name],), None, 4, seg.producers)
+            assert got[0] == (f, (("r", 4 - pos, 0),)), (name, type(seg))
 
 
 @pytest.mark.parametrize("arg", [torch.randn(3, 4),                        # a CPU tensor
@@ -178,9 +193,9 @@ def test_unqueueable_arguments_raise_not_queueable(arg):
     n = torch.randn(3).to("neuron")
     f = facts(aten.add.Tensor)
     with pytest.raises(record.NotQueueable):
-        record.describe(f, (n, arg), None, 0, {})
+        record.describe(f, (n, arg), None, 0, producers._Producers())
     with pytest.raises(record.NotQueueable):
-        ext.describe(f, (n, arg), None, 0, {})
+        ext.describe(f, (n, arg), None, 0, ext.Producers())
 
 
 def test_a_training_loop_defers_in_c_and_equals_cpu(compile_off):   # per-op replay: bitwise
@@ -609,8 +624,8 @@ def test_deferred_bookkeeping_stays_off_the_cycle_collector(compile_off):
         assert rec.key is node.key and not gc.is_tracked(rec.key)   # the trie's own key
         node = None if node is None else _parent(eng, node)
     first_c = len(eng.seg.records) - fast        # the ops deferred in C: the last `fast` records
-    entries = [p for p in eng.seg.producers.values() if p.pos >= first_c]
-    assert entries and not any(gc.is_tracked(p) or gc.is_tracked(p.obj) for p in entries)
+    refs = [r for r in eng.seg.producers.refs() if r.pos >= first_c]   # no object per entry
+    assert refs and not gc.is_tracked(eng.seg.producers) and not any(map(gc.is_tracked, refs))
     assert torch.equal(out.cpu(), step().cpu())
 
 

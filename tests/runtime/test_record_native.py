@@ -15,7 +15,7 @@ import torch
 import neuron_lab.runtime as rt
 from neuron_lab.device.op_facts import facts
 from neuron_lab.device import tensor_data
-from neuron_lab.runtime import compiler, core, fused, knobs, pending, record, segment
+from neuron_lab.runtime import compiler, core, fused, knobs, pending, producers, record, segment
 
 ext = core.extension()
 pytestmark = pytest.mark.skipif(ext is None, reason="the runtime extension is not built")
@@ -24,11 +24,11 @@ aten = torch.ops.aten
 
 
 def _record_both(op, args, out):
-    """(records, producers) from the Python reference and from the C implementation, for one op
+    """(records, producers) from the C implementation and from the Python reference, for one op
     run now, each recorded on a segment (the C one and the Python reference) with one earlier
     record: positions start at 1."""
     f = facts(op)
-    key, targs, tkw = record.describe(f, args, None, 1, {})
+    key, targs, tkw = record.describe(f, args, None, 1, producers._Producers())
     got, want = ext.Segment(), segment._Fields()
     for seg in (got, want):
         seg.append(record.QueuedOp(f, (), None, None, []))
@@ -42,13 +42,19 @@ def _fields(q) -> tuple:
     return (q.facts, q.args, q.kwargs, q.key, q.outs, q.metas, q.structure, q.where, q.plan)
 
 
-def _same_producers(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
-    for i, w in want.items():
-        g = got[i]
-        assert type(g) is record.Produced
-        assert (g.pos, g.k, g.ref) == (w.pos, w.k, w.ref)
-        assert g.obj() is w.obj() and g.obj() is not None
+def _same_producers(got, want, out, metas) -> None:
+    """The C map ``got`` and the reference ``want`` hold the same entries: as many, naming the
+    same outputs (the shared Refs), and each output and its storage (seen with its metadata)
+    finds the same one."""
+    assert type(got) is ext.Producers and type(want) is producers._Producers
+    assert len(got) == len(want)
+    assert (sorted((r.pos, r.k) for r in got.refs())
+            == sorted((r.pos, r.k) for r in want.refs()))
+    assert all(type(r) is ext.Ref and r is record.ref(r.pos, r.k) for r in got.refs())
+    for t, meta in zip(record.flatten_outputs(out), metas):
+        if t is not None:
+            assert got.of(t) is want.of(t)
+            assert got.of_storage(t, meta) is want.of_storage(t, meta)
 
 
 @pytest.mark.parametrize("case", ["tensor", "view", "tuple", "tuple_none", "list", "none",
@@ -82,15 +88,17 @@ def test_record_run_equals_the_python_reference(case):
     assert all(type(m) is record.OutMeta or m is None for m in g.metas)
     assert g.structure == record.structure_of(out)
     if case == "none":
-        assert g.outs == [] and gprod == {}
+        assert g.outs == [] and len(gprod) == 0
         return
     first = out if isinstance(out, torch.Tensor) else out[0]
     assert g.metas[0] == (tuple(first.shape), first.stride(), first.storage_offset(), first.dtype)
-    _same_producers(gprod, wprod)
+    _same_producers(gprod, wprod, out, g.metas)
     if case == "complex":
-        assert out.dtype == torch.complex64 and gprod == {}
+        assert out.dtype == torch.complex64 and len(gprod) == 0
     else:                                              # each tensor output and its storage
         assert len(gprod) == 2 * sum(m is not None for m in g.metas)
+        assert all(gprod.of(t) is record.ref(1, k)
+                   for k, t in enumerate(record.flatten_outputs(out)) if t is not None)
 
 
 def test_record_run_rejects_what_is_not_a_segment():
@@ -247,7 +255,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
     try:
         for op, args, out in calls:
             f = facts(op)
-            key, targs, tkw = record.describe(f, args, None, 0, {})
+            key, targs, tkw = record.describe(f, args, None, 0, producers._Producers())
             ext.record_run(f, targs, tkw, key, out, None, ext.Segment())
     finally:
         configure(record.record_run_py)
@@ -280,10 +288,11 @@ def test_refs_are_the_extensions_c_type_shared_per_output():
     x = torch.randn(3).to("neuron")
     y = torch.neg(x)
     seg = ext.Segment()
-    key, targs, tkw = record.describe(facts(aten.neg.default), (x,), None, 0, {})
+    key, targs, tkw = record.describe(facts(aten.neg.default), (x,), None, 0,
+                                      producers._Producers())
     record.record_run(facts(aten.neg.default), targs, tkw, key, y, None, seg)
     records = seg.records
-    made = seg.producers[id(y)].ref             # the Ref record.cpp made for y (ref_of)
+    made = seg.producers.of(y)                  # the Ref record.cpp made for y (ref_of)
     assert type(made) is ext.Ref and (made.pos, made.k) == (0, 0)
     assert made is record.ref(0, 0) is record._refs[(0, 0)]
     with pytest.raises(TypeError, match="ref_type"):
@@ -291,28 +300,30 @@ def test_refs_are_the_extensions_c_type_shared_per_output():
 
 
 def test_records_and_producer_entries_are_the_extensions_c_types():
-    """``record.QueuedOp`` and ``record.Produced`` are the extension's C types (csrc/queued_op.cpp,
-    csrc/produced.cpp), which the C++ builds and reads field by field: a deferred op's record
-    and its output's entries carry the fields the Python references do, read-only."""
-    assert record.QueuedOp is ext.QueuedOp and record.Produced is ext.Produced
+    """``record.QueuedOp`` and the producers map are the extension's C types (csrc/queued_op.cpp,
+    csrc/producers.cpp), which the C++ builds and reads directly: a deferred op's record carries
+    the fields the Python reference does, read-only, and its output's entries (the tensor's and
+    its storage's) name it by its shared Ref, with no Python object of their own."""
+    assert record.QueuedOp is ext.QueuedOp and producers.Producers is ext.Producers
     x = torch.randn(8).to("neuron")
     with rt.mode("adaptive"), knobs.COMPILE.scoped(False):
         for _ in range(3):
             y = (x * 2).tanh()
             seg = rt.current().engine.seg
-            recs, prods = list(seg.records), dict(seg.producers)
+            recs, prods = list(seg.records), seg.producers   # clear() starts a new map
+            meta = record.out_meta(y)
             y.sum().item()
     assert [type(r) for r in recs] == [record.QueuedOp] * 2
     mul, tanh = recs
     assert mul.facts.name == "aten::mul.Tensor" and tanh.args[0] is record.ref(0, 0)
     assert len(mul.outs) == 1 and mul.outs[0] is not None and mul.plan is not None
-    entries = [e for e in prods.values() if e.pos == 1]
-    assert entries and all(type(e) is record.Produced and e.k == 0 and e.ref is record.ref(1, 0)
-                           for e in entries)
+    assert type(prods) is ext.Producers and not gc.is_tracked(prods)
+    assert prods.of(y) is prods.of_storage(y, meta) is record.ref(1, 0)
+    assert len(prods) == 6          # mul, tanh and the sum: each its tensor's and its storage's
     with pytest.raises(AttributeError):
         mul.args = ()
     with pytest.raises(AttributeError):
-        entries[0].pos = 3
+        record.ref(1, 0).pos = 3
 
 
 def test_output_plans_are_the_extensions_c_types():
@@ -397,7 +408,7 @@ def test_the_segment_owns_its_records(make):
     records (what a launch runs). The C segment queues only QueuedOps."""
     seg = make()
     ops = [record.QueuedOp(facts(aten.neg.default), (), None, ("k", i), []) for i in range(3)]
-    assert seg.depth == 0 and seg.records == [] and seg.producers == {}
+    assert seg.depth == 0 and seg.records == [] and len(seg.producers) == 0
     for q in ops:
         seg.append(q)
     assert seg.depth == 3 and seg.record(0) is ops[0] and seg.record(-1) is ops[2]
@@ -407,10 +418,12 @@ def test_the_segment_owns_its_records(make):
     copy.clear()
     assert seg.depth == 3 and seg.records == ops
     kept, prods = seg.records, seg.producers
-    prods[7] = None                                  # an entry of this segment's map
+    t = torch.zeros(2).to("neuron")
+    prods.set(t, record.ref(0, 0))                   # an entry of this segment's map
     seg.clear()
     assert seg.depth == 0 and kept == ops
-    assert seg.producers == {} and seg.producers is not prods
+    assert len(seg.producers) == 0 and seg.producers is not prods
+    assert prods.of(t) is record.ref(0, 0) and seg.producers.of(t) is None
     with pytest.raises(IndexError):
         seg.record(0)
     with pytest.raises(AttributeError):

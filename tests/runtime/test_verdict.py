@@ -6,6 +6,7 @@ import torch
 from neuron_lab import runtime
 from neuron_lab.device.op_facts import facts
 from neuron_lab.runtime import verdict
+from neuron_lab.runtime.producers import Producers
 from neuron_lab.runtime.verdict import Kind
 
 aten = torch.ops.aten
@@ -21,7 +22,7 @@ def _v(op, *args, **kwargs):
     v = verdict.call(f, args, kwargs)
     if v.kind is Kind.QUEUE:
         try:
-            runtime.current().engine.describe(f, args, kwargs, 0, {})
+            runtime.current().engine.describe(f, args, kwargs, 0, Producers())
         except Exception:       # record.NotQueueable: a host argument
             return verdict.host_args(f, args, kwargs)
     return v

@@ -1,4 +1,4 @@
-// The runtime's own C types (trie_node.cpp, segment.cpp, queued_op.cpp, produced.cpp, ref.cpp):
+// The runtime's own C types (trie_node.cpp, segment.cpp, queued_op.cpp, producers.cpp, ref.cpp):
 // objects whose fields the C++ reads from their structs and Python through member descriptors.
 // The first two take part in cycle collection (``collected``), the others not (``plain``); this
 // is their shared type boilerplate.

@@ -10,9 +10,9 @@
 // the engine's slow paths (capture, divergence, launches, materialize), the telemetry and the
 // tests see exactly what the Python path would have built. The C++ reads no Python attribute
 // of the runtime's own objects: the engine's segment state is a C struct (segment.h,
-// ``Engine.seg``), so are a trie node (trie_node.h), a record (queued_op.h), a producer entry
-// (produced.h) and a Ref (ref.h); an op's facts come as its verdict.OP_BITS entry, and the
-// engine's methods it calls back are handed over by ``configure`` (fastpath.py):
+// ``Engine.seg``), so are a trie node (trie_node.h), a record (queued_op.h) and a Ref (ref.h),
+// the producers map is a C++ object (producers.h); an op's facts come as its verdict.OP_BITS
+// entry, and the engine's methods it calls back are handed over by ``configure`` (fastpath.py):
 //
 //   key      (facts, (arg keys...)) as record.describe builds it (deferral_keys.cpp); where the
 //            trie node has one child (a region's path), compared with that child's key
@@ -20,8 +20,8 @@
 //   record   QueuedOp(facts, templates, kwarg templates, node.key, [(tensor ref, storage ref)],
 //            node.metas, "t", node.where, node.plan) (queued_op::make; the trie node's key
 //            object: the op's own equal key dies at once);
-//   producer Produced(pos, 0, weak_ref, Ref) under id(tensor) and its storage_id
-//            (weak_outputs.cpp: c10 weak pointers, not Python weakrefs).
+//   producer the tensor's and its storage's entries, naming the op's Ref (producers.h: C++
+//            tables keyed by TensorImpl and StorageImpl, no Python object per entry).
 //
 // What a deferred op keeps until its region launches (and what capture keeps for good) is
 // taken off the cycle collector's lists (``untracked``, python_objects.h): none of it can be
@@ -53,7 +53,8 @@
 #include "queued_op.h"
 #include "segment.h"
 #include "trie_node.h"
-#include "record.h"   // set_producer
+#include "producers.h"
+#include "record.h"   // ref_of
 #include "repeated_suffix.h"
 #include "weak_outputs.h"
 
@@ -114,11 +115,11 @@ bool admit(PyObject* f, long long n) {
 // The producer entry of a pending output's storage: output ``k`` of op ``pos`` (Ref ``r``), or
 // for an identity view of output ``same_k`` of the op ``same_back`` back (same_back >= 0,
 // output_plans.identity_view) the output it repeats. False with an exception set.
-bool storage_producer(PyObject* producers, const c10::Storage& st, PyObject* sr, Py_ssize_t pos,
-                      long k, PyObject* r, Py_ssize_t same_back, Py_ssize_t same_k) {
-  if (same_back < 0) return set_storage_producer(producers, st, pos, k, sr, r);
+bool storage_producer(producers::ProducersObject* producers, const c10::Storage& st,
+                      Py_ssize_t pos, PyObject* r, Py_ssize_t same_back, Py_ssize_t same_k) {
+  if (same_back < 0) return producers::set_storage(producers, st, r);
   PyObject* rr = ref_of(pos - same_back, same_k);
-  bool ok = rr != nullptr && set_storage_producer(producers, st, pos - same_back, same_k, sr, rr);
+  bool ok = rr != nullptr && producers::set_storage(producers, st, rr);
   Py_XDECREF(rr);
   return ok;
 }
@@ -133,15 +134,15 @@ bool hold_storage(const c10::Storage& st) {
   return o != nullptr;
 }
 
-// One new pending output ``k`` of op ``pos`` (an OutMeta's size, stride, offset, dtype; ``view``:
-// the op returns a view of an argument): the tensor (new reference in ``*t``), its (tensor,
-// storage) weak pair (``*pair``) and, for a dtype a later queued op may take, its producer
-// entries under id(tensor) and its storage's address with the Ref ``r`` (the storage's: see
-// storage_producer). False with an exception set.
+// One new pending output of op ``pos`` (an OutMeta's size, stride, offset, dtype; ``view``: the
+// op returns a view of an argument), named by Ref ``r``: the tensor (new reference in ``*t``),
+// its (tensor, storage) weak pair (``*pair``) and, for a dtype a later queued op may take, its
+// producer entries, the tensor's and its storage's (see storage_producer). False with an
+// exception set.
 bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject* dtype,
-                    bool dense, bool queueable, bool view, Py_ssize_t pos, long k, PyObject* r,
-                    Py_ssize_t same_back, Py_ssize_t same_k, PyObject* producers, PyObject** t,
-                    PyObject** pair) {
+                    bool dense, bool queueable, bool view, Py_ssize_t pos, PyObject* r,
+                    Py_ssize_t same_back, Py_ssize_t same_k,
+                    producers::ProducersObject* producers, PyObject** t, PyObject** pair) {
   c10::Storage st;
   *t = *pair = nullptr;
   if (!new_pending(size, stride, offset, dtype, dense, t, &st)) return false;
@@ -153,8 +154,8 @@ bool pending_output(PyObject* size, PyObject* stride, PyObject* offset, PyObject
   PyObject* sr = tr ? weak_storage_ref(st) : nullptr;
   bool ok = sr != nullptr;
   if (ok && queueable)
-    ok = set_producer(producers, *t, pos, k, tr, r) &&
-         storage_producer(producers, st, sr, pos, k, r, same_back, same_k);
+    ok = producers::set_tensor(producers, THPVariable_Unpack(*t), r) &&
+         storage_producer(producers, st, pos, r, same_back, same_k);
   if (ok) *pair = untracked(PyTuple_Pack(2, tr, sr));
   Py_XDECREF(tr);
   Py_XDECREF(sr);
@@ -196,13 +197,13 @@ bool queue(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt, PyObject*
 // Engine._defer_one: hand out one pending tensor predicted by trie node ``nxt`` (its FastOut
 // ``fast``).
 PyObject* defer_one(PyObject* f, PyObject* targs, PyObject* tkw, PyObject* nxt,
-                    const out_plan::FastOutObject& fast, PyObject* records, PyObject* producers,
-                    Py_ssize_t pos) {
+                    const out_plan::FastOutObject& fast, PyObject* records,
+                    producers::ProducersObject* producers, Py_ssize_t pos) {
   if (!admit(f, fast.nbytes)) return nullptr;
   PyObject *t, *pair;
   if (!pending_output(fast.size, fast.stride, fast.offset, fast.dtype, fast.dense,
-                      fast.queueable, fast.view, pos, 0, fast.ref, fast.same_back, fast.same_k, producers,
-                      &t, &pair))
+                      fast.queueable, fast.view, pos, fast.ref, fast.same_back, fast.same_k,
+                      producers, &t, &pair))
     return nullptr;
   PyObject* outs = untracked(PyList_New(1));
   if (outs != nullptr) PyList_SET_ITEM(outs, 0, pair);
@@ -233,13 +234,14 @@ PyObject* caller_tensor(PyObject* arg, PyObject* args, PyObject* kwargs) {
 // Engine._defer's producer entry of an in-place or out= output ``t`` (output ``k`` of op
 // ``pos``): later ops of the segment that take it read this op's result. A host-only dtype
 // gets none (it is never a queued argument). False with an exception set.
-bool caller_producer(PyObject* producers, PyObject* t, Py_ssize_t pos, Py_ssize_t k) {
+bool caller_producer(producers::ProducersObject* producers, PyObject* t, Py_ssize_t pos,
+                     Py_ssize_t k) {
   PyObject* dtype = reinterpret_cast<PyObject*>(
       torch::getTHPDtype(THPVariable_Unpack(t).scalar_type()));   // borrowed
   int host_only = PySet_Contains(S.host_only, dtype);
   if (host_only != 0) return host_only > 0;
   PyObject* r = ref_of(pos, k);
-  bool ok = r != nullptr && set_producer(producers, t, pos, k, nullptr, r);
+  bool ok = r != nullptr && producers::set_tensor(producers, THPVariable_Unpack(t), r);
   Py_XDECREF(r);
   return ok;
 }
@@ -253,7 +255,8 @@ bool caller_producer(PyObject* producers, PyObject* t, Py_ssize_t pos, Py_ssize_
 // tensors). The op's return value (record.rebuild of the outputs), or nullptr with an
 // exception set.
 PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* targs,
-                     PyObject* tkw, PyObject* nxt, PyObject* records, PyObject* producers,
+                     PyObject* tkw, PyObject* nxt, PyObject* records,
+                     producers::ProducersObject* producers,
                      Py_ssize_t pos) {
   PyObject* plan = node_field(nxt, &trie::NodeObject::plan);
   if (plan == nullptr) return nullptr;
@@ -298,9 +301,8 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
       using out_meta::field;
       ok = r != nullptr && pending_output(field(m, out_meta::SIZE), field(m, out_meta::STRIDE),
                                           field(m, out_meta::OFFSET), field(m, out_meta::DTYPE),
-                                          spec.dense, spec.queueable, spec.view, pos,
-                                          static_cast<long>(k),
-                                          r, -1, 0, producers, &t, &pair);
+                                          spec.dense, spec.queueable, spec.view, pos, r, -1, 0,
+                                          producers, &t, &pair);
       Py_XDECREF(r);
       if (!ok) break;
     }
@@ -324,7 +326,8 @@ PyObject* defer_many(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* ta
 // with no exception set: the Python engine's case (Engine._defer: an in-place output whose op
 // changes its metadata). ``args``, ``kwargs``: the call's own.
 PyObject* defer_to(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* targs, PyObject* tkw,
-                   PyObject* nxt, PyObject* fast, PyObject* records, PyObject* producers,
+                   PyObject* nxt, PyObject* fast, PyObject* records,
+                   producers::ProducersObject* producers,
                    Py_ssize_t pos) {
   PyObject* derived = nullptr;
   if (fast == Py_None) {
@@ -351,7 +354,8 @@ PyObject* defer_to(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* targ
 // the node branches or the call differs (the caller then describes it and looks it up), -1
 // with an exception set.
 int defer_along(PyObject* f, PyObject* args, PyObject* kwargs, PyObject* node, bool floats,
-                PyObject* records, PyObject* producers, Py_ssize_t pos, PyObject** result) {
+                PyObject* records, producers::ProducersObject* producers, Py_ssize_t pos,
+                PyObject** result) {
   PyObject* children = node_field(node, &trie::NodeObject::children);
   if (children == nullptr) return -1;
   Py_ssize_t i = 0;
@@ -591,7 +595,8 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   segment::SegmentObject* seg = S.segment;
   PyObject* node = Py_NewRef(seg->node);
   PyObject* result = nullptr;
-  PyObject *records = nullptr, *producers = nullptr, *described = nullptr;
+  PyObject *records = nullptr, *map = nullptr, *described = nullptr;
+  producers::ProducersObject* producers = nullptr;   // map's
   PyObject* from = nullptr;   // the trie node the call continues: the engine's, or the root
   bool capturing = false, deferring = false, starting = false;
   Py_ssize_t pos = 0;
@@ -627,7 +632,9 @@ PyObject* launch_locked(PyObject* f, PyObject* args, PyObject* kwargs) {
   }
   if (capturing || deferring || starting) {
     int fl = (bits & S.floats_bit) ? 1 : 0;
-    producers = Py_NewRef(seg->producers);
+    map = Py_NewRef(seg->producers);
+    producers = producers::as_producers(map);
+    if (producers == nullptr) goto done;
     if (starting) {   // Engine._adaptive's segment start: the headroom, then the root's path
       PyObject* r = PyObject_CallNoArgs(S.start_segment);
       if (r == nullptr) goto done;
@@ -682,7 +689,7 @@ done:
   Py_DECREF(node);
   Py_XDECREF(from);
   Py_XDECREF(records);
-  Py_XDECREF(producers);
+  Py_XDECREF(map);
   Py_XDECREF(described);
   return result;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "python_objects.h"   // device/csrc: intern, hold, untracked
+#include "producers.h"
 #include "segment.h"
 
 namespace neuron_lab::deferral {
@@ -35,7 +36,6 @@ struct State {
   PyTypeObject* size_type = nullptr;           // torch.Size (a tuple subclass)
   PyObject* not_queueable = nullptr; // record.NotQueueable
   PyObject* float_key = nullptr;     // record.FLOAT
-  PyTypeObject* produced = nullptr;  // record.Produced
   PyObject* rebuild = nullptr;       // record.rebuild(structure, outs): an op's return value
   long pending_kind = -1;            // output_plans.PENDING, NOT_TENSOR, CALLER (OutSpec.kind)
   long not_tensor_kind = -1;
@@ -78,13 +78,14 @@ extern PyObject *s_name, *s_d, *s_r, *s_ints, *s_t, *s_memory,
 // deferral_keys.cpp: (key, templates, kwarg templates) of a call as record.describe builds them;
 // nullptr with an exception set (record.NotQueueable: a call that cannot be queued).
 PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
-                   PyObject* producers, bool floats);
+                   producers::ProducersObject* producers, bool floats);
 
 // deferral_keys.cpp: does this call's key equal ``key`` (a trie child's), compared without
 // building it? 1 with the templates set (``*tkw``: None or a dict), 0 where it differs or the
 // call cannot be queued (describe then says which), -1 with an exception set.
-int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
-              bool floats, PyObject* key, PyObject** targs, PyObject** tkw);
+int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
+              producers::ProducersObject* producers, bool floats, PyObject* key, PyObject** targs,
+              PyObject** tkw);
 // pending_tensors.cpp: a pending tensor of a FastOut's size, stride, offset and dtype (a new
 // reference in ``*t``), with ``_d = None``, and its storage (``*st``, which gets no Python
 // object); false with an exception set.

@@ -11,9 +11,9 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "deferral.h"
-#include "produced.h"
-#include "record.h"   // set_producer
-#include "weak_outputs.h"   // weak_is
+#include "producers.h"
+#include "record.h"   // out_meta_of
+#include "ref.h"
 
 namespace py = pybind11;
 
@@ -21,38 +21,24 @@ namespace neuron_lab {
 namespace deferral {
 namespace {
 
-// A tensor made earlier in this segment: its producer entry, or nullptr (borrowed). A C++
-// shallow copy of an output (``.data``, autograd's saved outputs: no cached host view) is
+// A tensor made earlier in this segment: the Ref of its producer entry, or nullptr (borrowed).
+// A C++ shallow copy of an output (``.data``, autograd's saved outputs: no cached host view) is
 // found through its storage: a captured output's with the copy's metadata (a view shares its
 // base's storage), else a pending output's; it gets an entry of its own (record._by_storage).
-PyObject* producer_of(PyObject* a, PyObject* producers) {
-  PyObject* id = PyLong_FromVoidPtr(a);
-  if (id == nullptr) return nullptr;
-  PyObject* p = PyDict_GetItemWithError(producers, id);   // borrowed
-  if (produced::is_produced(p) && weak_is(produced::as_produced(p).obj, a)) {
-    Py_DECREF(id);
-    return p;
-  }
-  if (PyErr_Occurred()) {
-    Py_DECREF(id);
-    return nullptr;
-  }
+PyObject* producer_of(PyObject* a, producers::ProducersObject* producers) {
+  const at::Tensor& t = THPVariable_Unpack(a);
+  PyObject* r = producers::of_tensor(producers, t.unsafeGetTensorImpl());
+  if (r != nullptr) return r;
   PyObject** dictptr = _PyObject_GetDictPtr(a);
   if (dictptr != nullptr && *dictptr != nullptr) {
     int has = PyDict_Contains(*dictptr, s_d);
-    if (has != 0) {   // a device tensor with a host view (or pending): not a copy
-      Py_DECREF(id);
-      return nullptr;
-    }
+    if (has != 0) return nullptr;   // a device tensor with a host view (or pending): not a copy
   }
-  Py_DECREF(id);
   PyObject* meta = out_meta_of(a);
-  p = meta ? storage_entry(producers, THPVariable_Unpack(a).storage(), meta) : nullptr;
+  r = meta ? producers::of_storage(producers, t.storage(), meta) : nullptr;
   Py_XDECREF(meta);
-  if (p == nullptr) return nullptr;
-  const produced::ProducedObject& e = produced::as_produced(p);
-  bool ok = set_producer(producers, a, e.pos, e.k, nullptr, e.ref);
-  return ok ? p : nullptr;   // p stays alive: it is still the storage's entry
+  if (r == nullptr) return nullptr;
+  return producers::set_tensor(producers, t, r) ? r : nullptr;   // r: still the storage's
 }
 
 PyObject* pack2(PyObject* a, PyObject* b) { return PyTuple_Pack(2, a, b); }
@@ -108,21 +94,22 @@ bool input_key(PyObject* a, PyObject** key, PyObject** tmpl) {
 // The key and template of one argument (record._describe); false with an exception set
 // (record.NotQueueable for a call that cannot be queued). ``top``: a positional argument of
 // the op, where a list of plain ints is keyed ("ints", values) (record.describe).
-bool describe_arg(PyObject* a, Py_ssize_t pos, PyObject* producers, bool floats, bool top,
+bool describe_arg(PyObject* a, Py_ssize_t pos, producers::ProducersObject* producers,
+                  bool floats, bool top,
                   PyObject** key, PyObject** tmpl) {
   PyTypeObject* t = Py_TYPE(a);
   if (t == S.tensor || PyType_IsSubtype(t, S.tensor)) {
     PyObject* p = producer_of(a, producers);
     if (p == nullptr && PyErr_Occurred()) return false;
     if (p != nullptr) {
-      const produced::ProducedObject& e = produced::as_produced(p);
+      const ref::RefObject& e = ref::as_ref(p);
       PyObject* dist = PyLong_FromSsize_t(pos - e.pos);
       PyObject* k = dist ? PyLong_FromSsize_t(e.k) : nullptr;
       *key = k ? untracked(PyTuple_Pack(3, s_r, dist, k)) : nullptr;
       Py_XDECREF(dist);
       Py_XDECREF(k);
       if (*key == nullptr) return false;
-      *tmpl = Py_NewRef(e.ref);
+      *tmpl = Py_NewRef(p);
       return true;
     }
     // an input of the region: ("x", shape, stride, offset, dtype); CPU tensors and host-only
@@ -245,7 +232,8 @@ int same(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBoo
 // distance, k), a plain region input's TensorImpl against ("x", size, stride, offset, dtype), a
 // float that is data, a list of ints); any other is described and compared. 1 with ``*tmpl``
 // set, 0 where the key differs or the call cannot be queued, -1 with an exception.
-int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, bool floats,
+int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos,
+              producers::ProducersObject* producers, bool floats,
               bool top, PyObject** tmpl) {
   PyTypeObject* t = Py_TYPE(a);
   if (t == S.tensor || PyType_IsSubtype(t, S.tensor)) {
@@ -255,11 +243,11 @@ int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, 
       if (!PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 3 ||
           !is_tag(PyTuple_GET_ITEM(want, 0), s_r))
         return 0;
-      const produced::ProducedObject& e = produced::as_produced(p);
+      const ref::RefObject& e = ref::as_ref(p);
       if (!is_int(PyTuple_GET_ITEM(want, 1), pos - e.pos) ||
           !is_int(PyTuple_GET_ITEM(want, 2), e.k))
         return 0;
-      *tmpl = Py_NewRef(e.ref);
+      *tmpl = Py_NewRef(p);
       return 1;
     }
     if (impl_readable(a)) {
@@ -308,7 +296,8 @@ int match_arg(PyObject* a, PyObject* want, Py_ssize_t pos, PyObject* producers, 
 
 }  // namespace
 
-int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyObject* producers,
+int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
+              producers::ProducersObject* producers,
               bool floats, PyObject* key, PyObject** targs, PyObject** tkw) {
   Py_ssize_t n = PyTuple_GET_SIZE(args);
   Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
@@ -349,7 +338,8 @@ int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyO
       }
       eq = same(PyTuple_GET_ITEM(want, 0), name);
       PyObject* v = nullptr;
-      if (eq == 1) eq = match_arg(value, PyTuple_GET_ITEM(want, 1), pos, producers, floats, false, &v);
+      if (eq == 1)
+        eq = match_arg(value, PyTuple_GET_ITEM(want, 1), pos, producers, floats, false, &v);
       if (eq == 1 && PyDict_SetItem(kw, name, v) < 0) eq = -1;
       Py_XDECREF(v);
     }
@@ -369,7 +359,7 @@ int match_key(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos, PyO
 // key's tuples and the templates are untracked (python_objects.h): capture keeps them in the
 // region cache for good, and none can be part of a cycle.
 PyObject* describe(PyObject* f, PyObject* args, PyObject* kwargs, Py_ssize_t pos,
-                   PyObject* producers, bool floats) {
+                   producers::ProducersObject* producers, bool floats) {
   Py_ssize_t n = PyTuple_GET_SIZE(args);
   Py_ssize_t nkw = (kwargs != nullptr && kwargs != Py_None) ? PyDict_GET_SIZE(kwargs) : 0;
   PyObject* keys = untracked(PyTuple_New(n + nkw));
@@ -434,11 +424,12 @@ namespace {
 
 using namespace deferral;
 
-// The test entry points' arguments, (facts, args: tuple, kwargs, pos: int, producers: dict,
+// The test entry points' arguments, (facts, args: tuple, kwargs, pos: int, producers: Producers,
 // ...): ``pos`` and the op's floats_are_data; false with an exception set.
 bool test_call(PyObject* const* argv, Py_ssize_t n, Py_ssize_t want, const char* usage,
                Py_ssize_t* pos, bool* floats) {
-  if (n != want || !PyTuple_Check(argv[1]) || !PyDict_Check(argv[4])) {
+  if (n != want || !PyTuple_Check(argv[1]) ||
+      !PyObject_TypeCheck(argv[4], &producers::ProducersType)) {
     PyErr_SetString(PyExc_TypeError, usage);
     return false;
   }
@@ -463,9 +454,10 @@ PyObject* describe_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   Py_ssize_t pos;
   bool floats;
   if (!test_call(argv, n, 5, "neuron_lab: describe(facts, args: tuple, kwargs, pos: int, "
-                             "producers: dict)", &pos, &floats))
+                             "producers: Producers)", &pos, &floats))
     return nullptr;
-  return describe(argv[0], argv[1], argv[2], pos, argv[4], floats);
+  return describe(argv[0], argv[1], argv[2], pos,
+                  reinterpret_cast<producers::ProducersObject*>(argv[4]), floats);
 }
 
 PyMethodDef describe_def = {"describe",
@@ -479,10 +471,12 @@ PyObject* match_key_py(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   Py_ssize_t pos;
   bool floats;
   if (!test_call(argv, n, 6, "neuron_lab: match_key(facts, args: tuple, kwargs, pos: int, "
-                             "producers: dict, key)", &pos, &floats))
+                             "producers: Producers, key)", &pos, &floats))
     return nullptr;
   PyObject *targs, *tkw;
-  int m = match_key(argv[0], argv[1], argv[2], pos, argv[4], floats, argv[5], &targs, &tkw);
+  int m = match_key(argv[0], argv[1], argv[2], pos,
+                    reinterpret_cast<producers::ProducersObject*>(argv[4]), floats, argv[5], &targs,
+                    &tkw);
   if (m < 0) return nullptr;
   if (m == 0) Py_RETURN_NONE;
   PyObject* out = PyTuple_Pack(2, targs, tkw);

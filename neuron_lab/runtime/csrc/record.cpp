@@ -5,8 +5,8 @@
 //   record_run(facts, targs, tkw, key, out, where, seg)                  record.record_run
 //       capture's record of an op that ran now: QueuedOp(facts, targs, tkw, key, [None] * n,
 //       (OutMeta or None,) * n, structure, where, None) queued on segment ``seg``, and the
-//       producer entries Produced(pos, k, weak_ref, ref(pos, k)) of each output and of its
-//       storage. For a tensor, None, a tuple of tensors and Nones (``native_layer_norm``) or a
+//       producer entries (producers.h) of each output and of its storage seen with its
+//       metadata, naming ref(pos, k). For a tensor, None, a tuple of tensors and Nones (``native_layer_norm``) or a
 //       list of tensors (``_foreach_sqrt``); any other return value goes to the Python function.
 //   live_outputs(records)                                                  pending.live_outputs
 //       {(op, output)} whose pending storage is still alive.
@@ -18,8 +18,8 @@
 //       a launch's program inputs: each distinct tensor at the plan's argument paths, as its
 //       host tensor (``_d``, else ``host(t)``: tensor_data.host), or None if they alias otherwise.
 //
-// For the runtime's other C files (record.h): ``host_of`` (a tensor's cached host view) and
-// ``set_producer`` (the one place a producer entry is made).
+// For the runtime's other C files (record.h): ``host_of`` (a tensor's cached host view),
+// ``ref_of`` (the shared Ref of an output) and ``out_meta_of``.
 //
 // In Python these were microseconds per op (flatten, out_meta, structure_of, the record, two
 // producer entries) on every captured op and on every launch (docs/performance.md).
@@ -34,7 +34,7 @@
 
 #include "python_objects.h"   // device/csrc: intern, hold
 #include "out_meta.h"
-#include "produced.h"
+#include "producers.h"
 #include "queued_op.h"
 #include "record.h"
 #include "ref.h"
@@ -69,78 +69,9 @@ PyObject* int_tuple(c10::IntArrayRef v) {
   return t;
 }
 
-// producers[key] = Produced(pos, k, wr or weak_ref(o), r); false with an exception set
-bool set_entry(PyObject* producers, PyObject* key, PyObject* o, Py_ssize_t pos, Py_ssize_t k,
-               PyObject* wr, PyObject* r) {
-  wr = wr != nullptr ? Py_NewRef(wr) : weak_ref(o);
-  if (wr == nullptr) return false;
-  PyObject* entry = produced::make(pos, k, wr, r);
-  bool ok = entry != nullptr && PyDict_SetItem(producers, key, entry) == 0;
-  Py_XDECREF(entry);
-  return ok;
-}
-
 }  // namespace
 
-bool set_producer(PyObject* producers, PyObject* o, Py_ssize_t pos, Py_ssize_t k, PyObject* wr,
-                  PyObject* r) {
-  PyObject* id = PyLong_FromVoidPtr(o);
-  bool ok = id != nullptr && set_entry(producers, id, o, pos, k, wr, r);
-  Py_XDECREF(id);
-  return ok;
-}
-
-PyObject* storage_key(const c10::Storage& storage, PyObject* meta) {
-  PyObject* id = PyLong_FromVoidPtr(storage.unsafeGetStorageImpl());
-  PyObject* key = id ? PyTuple_Pack(2, id, meta) : nullptr;
-  Py_XDECREF(id);
-  return untracked(key);
-}
-
 namespace {
-
-// The live entry of StorageImpl ``impl`` under ``key`` (new reference consumed; borrowed
-// result), or nullptr (an error set, or none)
-PyObject* live_entry(PyObject* producers, PyObject* key, const void* impl) {
-  if (key == nullptr) return nullptr;
-  PyObject* p = PyDict_GetItemWithError(producers, key);   // borrowed
-  Py_DECREF(key);
-  if (!produced::is_produced(p) || !weak_is_impl(produced::as_produced(p).obj, impl))
-    return nullptr;
-  return p;
-}
-
-}  // namespace
-
-PyObject* storage_entry(PyObject* producers, const c10::Storage& storage, PyObject* meta) {
-  const void* impl = storage.unsafeGetStorageImpl();
-  PyObject* p = live_entry(producers, storage_key(storage, meta), impl);
-  if (p == nullptr && !PyErr_Occurred())
-    p = live_entry(producers, PyLong_FromVoidPtr(const_cast<void*>(impl)), impl);
-  return p;
-}
-
-bool set_storage_producer(PyObject* producers, const c10::Storage& storage, Py_ssize_t pos,
-                          Py_ssize_t k, PyObject* wr, PyObject* r) {
-  PyObject* id = PyLong_FromVoidPtr(storage.unsafeGetStorageImpl());
-  bool ok = id != nullptr && set_entry(producers, id, nullptr, pos, k, wr, r);
-  Py_XDECREF(id);
-  return ok;
-}
-
-namespace {
-
-// producers[storage_key] = Produced(pos, k, weak reference, r): a captured output's storage
-// entry, made without a Python storage object (weak_storage_ref says why)
-bool produce_storage(PyObject* producers, const c10::Storage& storage, PyObject* meta,
-                     Py_ssize_t pos, Py_ssize_t k, PyObject* r) {
-  PyObject* key = storage_key(storage, meta);
-  PyObject* wr = key ? weak_storage_ref(storage) : nullptr;
-  bool ok = wr != nullptr && set_entry(producers, key, nullptr, pos, k, wr, r);
-  Py_XDECREF(wr);
-  Py_XDECREF(key);
-  return ok;
-}
 
 // The metadata of output ``ref`` (a record.Ref) of an earlier record: borrowed, or nullptr with
 // an exception set
@@ -161,7 +92,7 @@ PyObject* meta_of_ref(PyObject* records, PyObject* ref) {
 // identity view: the op's one output (``single``), a view of argument 0 (a Ref) with its
 // metadata, over a storage with a live entry. 1, 0, or -1 with an exception set.
 int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* targs,
-                        PyObject* tkw, PyObject* records, PyObject* producers) {
+                        PyObject* tkw, PyObject* records, producers::ProducersObject* producers) {
   const Py_ssize_t n = PyTuple_Check(targs) ? PyTuple_GET_SIZE(targs) : 0;
   for (Py_ssize_t i = 0; i < n; ++i)
     if (PyTuple_GET_ITEM(targs, i) == out) return 1;
@@ -176,7 +107,8 @@ int keeps_storage_entry(PyObject* out, PyObject* meta, bool single, PyObject* ta
   if (src == nullptr) return -1;
   int same = PyObject_RichCompareBool(src, meta, Py_EQ);
   if (same <= 0) return same;
-  if (storage_entry(producers, THPVariable_Unpack(out).storage(), meta) != nullptr) return 1;
+  if (producers::of_storage(producers, THPVariable_Unpack(out).storage(), meta) != nullptr)
+    return 1;
   return PyErr_Occurred() ? -1 : 0;
 }
 
@@ -242,7 +174,8 @@ namespace {
 
 PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   segment::SegmentObject* seg = n == 7 ? segment::as_segment(argv[6]) : nullptr;
-  if (seg == nullptr || !PyList_Check(seg->records) || !PyDict_Check(seg->producers)) {
+  if (seg == nullptr || !PyList_Check(seg->records) ||
+      !PyObject_TypeCheck(seg->producers, &producers::ProducersType)) {
     PyErr_SetString(PyExc_TypeError, "neuron_lab: record_run(facts, targs, tkw, key, out, where, "
                                      "seg: Segment)");
     return nullptr;
@@ -252,7 +185,7 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     return nullptr;
   }
   PyObject* records = seg->records;       // borrowed: the segment's own
-  PyObject* producers = seg->producers;
+  PyObject* map = seg->producers;
   std::vector<PyObject*> flat;
   PyObject* structure = nullptr;
   if (!flat_outputs(argv[4], &flat, &structure)) {
@@ -282,14 +215,15 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
   PyObject* rec = queued_op::make(items);
   if (rec == nullptr) return nullptr;
   Py_INCREF(records);   // the appended-to list, whatever Python code run below does to ``seg``
-  Py_INCREF(producers);
+  Py_INCREF(map);
   int bad = PyList_Append(records, rec);
   Py_DECREF(rec);
   if (bad) {
     Py_DECREF(records);
-    Py_DECREF(producers);
+    Py_DECREF(map);
     return nullptr;
   }
+  auto* producers = reinterpret_cast<producers::ProducersObject*>(map);
   bool ok = true;
   for (Py_ssize_t k = 0; ok && k < m; ++k) {
     PyObject* out = flat[k];
@@ -303,16 +237,15 @@ PyObject* record_run(PyObject*, PyObject* const* argv, Py_ssize_t n) {
     }
     PyObject* r = ref_of(p, k);
     PyObject* meta = PyTuple_GET_ITEM(metas, k);
-    ok = r != nullptr && set_producer(producers, out, p, k, nullptr, r);
+    const at::Tensor& t = THPVariable_Unpack(out);
+    ok = r != nullptr && producers::set_tensor(producers, t, r);
     int keep = ok ? keeps_storage_entry(out, meta, single, argv[1], argv[2], records, producers)
                   : -1;
-    ok = keep == 1 ||
-         (keep == 0 && produce_storage(producers, THPVariable_Unpack(out).storage(), meta, p, k,
-                                       r));
+    ok = keep == 1 || (keep == 0 && producers::set_view_storage(producers, t.storage(), meta, r));
     Py_XDECREF(r);
   }
   Py_DECREF(records);
-  Py_DECREF(producers);
+  Py_DECREF(map);
   return ok ? Py_NewRef(Py_None) : nullptr;
 }
 

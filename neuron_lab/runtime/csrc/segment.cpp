@@ -6,6 +6,7 @@
 #include <structmember.h>
 
 #include "c_types.h"
+#include "producers.h"
 #include "queued_op.h"
 
 namespace py = pybind11;
@@ -25,7 +26,7 @@ int segment_init(PyObject* self, PyObject* args, PyObject* kwargs) {
     return -1;
   auto* s = reinterpret_cast<SegmentObject*>(self);
   PyObject* records = PyList_New(0);
-  PyObject* producers = records ? PyDict_New() : nullptr;
+  PyObject* producers = records ? producers::make() : nullptr;
   PyObject* last = producers ? PyDict_New() : nullptr;
   if (last == nullptr) {
     Py_XDECREF(records);
@@ -105,7 +106,7 @@ PyObject* segment_append(PyObject* self, PyObject* rec) {
 // that still holds the ended segment's (a launch in progress) keeps reading its records.
 PyObject* segment_clear(PyObject* self, PyObject*) {
   PyObject* records = records_list(self) ? PyList_New(0) : nullptr;
-  PyObject* producers = records ? PyDict_New() : nullptr;
+  PyObject* producers = records ? producers::make() : nullptr;
   if (producers == nullptr) {
     Py_XDECREF(records);
     return nullptr;
@@ -131,7 +132,7 @@ PyMethodDef segment_methods[] = {
 PyMemberDef segment_members[] = {
     MEMBER_OBJECTS(MEMBER)
     {"producers", T_OBJECT, offsetof(SegmentObject, producers), READONLY,
-     "{id(tensor), storage_id(storage) or storage_key: Produced}: the queued ops' outputs"},
+     "the queued ops' outputs (a Producers map)"},
     {"queued_bytes", T_LONGLONG, offsetof(SegmentObject, queued_bytes), 0, nullptr},
     {"headroom", T_DOUBLE, offsetof(SegmentObject, headroom), 0, nullptr},
     {"pressure", T_BOOL, offsetof(SegmentObject, pressure), 0, nullptr},

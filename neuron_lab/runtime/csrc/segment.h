@@ -14,9 +14,8 @@ struct SegmentObject {
   PyObject_HEAD
   PyObject* records;         // [record.QueuedOp]: the segment's ops, in issue order; its own
                              // list, never handed to Python (which reads copies: segment.cpp)
-  PyObject* producers;       // {id(tensor), storage_id(storage) or storage_key:
-                             // record.Produced}; read-only for Python, a new map at each
-                             // ``clear``
+  PyObject* producers;       // the queued ops' outputs (producers.h: a Producers map);
+                             // read-only for Python, a new map at each ``clear``
   PyObject* node;            // the trie node of the last deferred op (cache.Node), or None
   PyObject* root;            // the region trie's root (the engine's cache.root)
   PyObject* stats;           // the engine's counters (a dict: launches_per_op, ops_per_op)
