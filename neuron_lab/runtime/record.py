@@ -56,12 +56,16 @@ Ref = core.implementation("Ref", _Ref)
 _refs: dict = {}
 
 
-def ref(pos: int, k: int) -> Ref:
-    """The (shared, immutable) ``Ref`` for output ``k`` of op ``pos``."""
+def _ref(pos: int, k: int) -> Ref:
+    """The (shared, immutable) ``Ref`` for output ``k`` of op ``pos``. The reference; the
+    extension's ``ref`` (``csrc/ref.cpp``) keeps its Refs in a C++ table its C++ reads too."""
     r = _refs.get((pos, k))
     if r is None:
         r = _refs[(pos, k)] = Ref(pos, k)
     return r
+
+
+ref = core.implementation("ref", _ref)
 
 
 _tuple_new = tuple.__new__      # a NamedTuple's own __new__ is Python code: 0.2 us per record
@@ -342,7 +346,7 @@ def _record_run():
     ext = core.extension()
     if ext is None:
         return record_run_py
-    ext.configure_records({"refs": _refs, "host_only": HOST_ONLY,
+    ext.configure_records({"host_only": HOST_ONLY,
                            "python": record_run_py})
     return ext.record_run
 

@@ -239,8 +239,7 @@ def test_record_run_records_tuples_lists_and_none_itself():
         return record.record_run_py(*a)
 
     def configure(body):
-        ext.configure_records({"refs": record._refs,
-                               "host_only": record.HOST_ONLY, "python": body})
+        ext.configure_records({"host_only": record.HOST_ONLY, "python": body})
     with rt.mode("eager"):
         x = torch.randn(4, 6).to("neuron")
         ln = aten.native_layer_norm.default(x, [6], None, None, 1e-5)
@@ -275,8 +274,9 @@ def test_every_reference_has_its_c_implementation():
 
 def test_refs_are_the_extensions_c_type_shared_per_output():
     """``record.Ref`` is the extension's C type (csrc/ref.cpp: record.cpp and replay.cpp read its
-    fields from the struct): shared per (pos, k) by ``record.ref`` and by the C capture alike,
-    read-only, pickled as itself; the C replay refuses another ref type rather than misread."""
+    fields from the struct): shared per (pos, k) by ``record.ref`` (the extension's ``ref``) and
+    by the C capture alike, read-only, pickled as itself; the C replay refuses another ref type
+    rather than misread."""
     import pickle
     assert record.Ref is ext.Ref
     r = record.ref(5, 1)
@@ -294,7 +294,9 @@ def test_refs_are_the_extensions_c_type_shared_per_output():
     records = seg.records
     made = seg.producers.of(y)                  # the Ref record.cpp made for y (ref_of)
     assert type(made) is ext.Ref and (made.pos, made.k) == (0, 0)
-    assert made is record.ref(0, 0) is record._refs[(0, 0)]
+    assert made is record.ref(0, 0) and record.ref is ext.ref   # one table, C++'s
+    with pytest.raises(ValueError, match="negative"):
+        record.ref(-1, 0)
     with pytest.raises(TypeError, match="ref_type"):
         ext.replay(records, tensor_data.host, pending.fill, record._Ref, torch.device, None)
 

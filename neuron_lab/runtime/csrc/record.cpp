@@ -47,7 +47,6 @@ namespace neuron_lab {
 namespace {
 
 struct Records {
-  PyObject* refs = nullptr;          // record._refs, the shared Refs: {(pos, k): Ref}
   PyObject* host_only = nullptr;     // dtypes.HOST_ONLY
   PyObject* python = nullptr;        // record.record_run's Python body (other return values)
 };
@@ -156,19 +155,7 @@ bool flat_outputs(PyObject* out, std::vector<PyObject*>* flat, PyObject** struct
 
 }  // namespace
 
-PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k) {
-  PyObject* key = Py_BuildValue("(nn)", pos, k);
-  if (key == nullptr) return nullptr;
-  PyObject* r = PyDict_GetItemWithError(R.refs, key);   // borrowed
-  if (r != nullptr || PyErr_Occurred()) {
-    Py_DECREF(key);
-    return Py_XNewRef(r);
-  }
-  r = ref::make(pos, k);
-  if (r != nullptr && PyDict_SetItem(R.refs, key, r) < 0) Py_CLEAR(r);   // as record.ref
-  Py_DECREF(key);
-  return r;
-}
+PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k) { return ref::shared(pos, k); }
 
 namespace {
 
@@ -434,8 +421,6 @@ PyMethodDef host_inputs_def = {
     METH_FASTCALL, "host_inputs(occurrences, pattern, records, host): fused.host_inputs in C"};
 
 void configure_records(py::dict o) {
-  hold(R.refs, o["refs"]);
-  if (!PyDict_Check(R.refs)) throw py::type_error("neuron_lab: refs must be record._refs");
   hold(R.host_only, o["host_only"]);
   hold(R.python, o["python"]);
 }
@@ -463,8 +448,7 @@ void init_record(py::module_& m) {
   s_v_none = Py_BuildValue("(sO)", "v", Py_None);   // structure_of(None), and of a None return
   s_d = intern("_d");
   m.def("configure_records", &configure_records,
-        "configure_records({refs, host_only, python}) "
-        "(record.py)");
+        "configure_records({host_only, python}) (record.py)");
   for (PyMethodDef* d : {&record_run_def, &live_outputs_def, &scalar_values_def,
                          &packed_scalars_def, &host_inputs_def})
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));

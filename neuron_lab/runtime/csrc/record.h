@@ -8,8 +8,8 @@ namespace neuron_lab {
 // ``host(t)``; a new reference, or nullptr with an exception set
 PyObject* host_of(PyObject* t, PyObject* host);
 
-// record.ref(pos, k): the shared Ref of output ``k`` of op ``pos``, read from record._refs
-// (made and stored there the first time); a new reference, or nullptr with an exception set
+// record.ref(pos, k): the shared Ref of output ``k`` of op ``pos`` (ref::shared); a new
+// reference, or nullptr with an exception set
 PyObject* ref_of(Py_ssize_t pos, Py_ssize_t k);
 
 // OutMeta(size, stride, offset, dtype) of a tensor (record.out_meta), untracked; a new
