@@ -435,3 +435,20 @@ def test_the_segment_owns_its_records(make):
     if type(seg) is ext.Segment:
         with pytest.raises(TypeError, match="QueuedOp"):
             seg.append(object())
+
+
+def test_the_producers_map_names_its_method_on_bad_input():
+    """The C map takes tensors; the storage methods, tensors with a storage: a sparse tensor (no
+    storage, whose ``storage()`` throws in C++) gets a TypeError naming the method, not a crash."""
+    m = ext.Producers()
+    r = record.ref(0, 0)
+    with pytest.raises(TypeError, match="Producers.of takes a tensor, got int"):
+        m.of(3)
+    sparse = torch.zeros(3).to_sparse()
+    for call in (lambda: m.of_storage(sparse, None), lambda: m.set_storage(sparse, r),
+                 lambda: m.set_view_storage(sparse, None, r)):
+        with pytest.raises(TypeError, match="Producers.* with a storage.*Sparse"):
+            call()
+    with pytest.raises(TypeError, match="ref must be a Ref"):
+        m.set(torch.zeros(1), 0)
+    assert m.of(sparse) is None and len(m) == 0

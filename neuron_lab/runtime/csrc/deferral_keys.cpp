@@ -34,8 +34,10 @@ PyObject* producer_of(PyObject* a, producers::ProducersObject* producers) {
     int has = PyDict_Contains(*dictptr, s_d);
     if (has != 0) return nullptr;   // a device tensor with a host view (or pending): not a copy
   }
+  const c10::Storage& st = t.unsafeGetTensorImpl()->unsafe_storage();   // storage() may throw
+  if (!st) return nullptr;   // sparse: no storage, so no shallow copy of an output
   PyObject* meta = out_meta_of(a);
-  r = meta ? producers::of_storage(producers, t.storage(), meta) : nullptr;
+  r = meta ? producers::of_storage(producers, st, meta) : nullptr;
   Py_XDECREF(meta);
   if (r == nullptr) return nullptr;
   return producers::set_tensor(producers, t, r) ? r : nullptr;   // r: still the storage's

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -147,6 +148,20 @@ const at::Tensor* tensor_arg(PyObject* o, const char* method) {
   return nullptr;
 }
 
+// The storage of the Python methods' tensor argument, read without the checks of
+// ``Tensor::storage()`` (which throws for a sparse tensor or a functorch wrapper); nullptr with
+// a TypeError set where it has none.
+const c10::Storage* storage_arg(PyObject* o, const char* method) {
+  const at::Tensor* t = tensor_arg(o, method);
+  if (t == nullptr) return nullptr;
+  const c10::Storage& st = t->unsafeGetTensorImpl()->unsafe_storage();
+  if (st) return &st;
+  const std::string layout = c10::str(t->layout());
+  PyErr_Format(PyExc_TypeError, "neuron_lab: Producers.%s takes a tensor with a storage, got "
+               "one without (layout %s)", method, layout.c_str());
+  return nullptr;
+}
+
 PyObject* or_none(PyObject* ref) {
   if (ref == nullptr && PyErr_Occurred()) return nullptr;
   return Py_NewRef(ref != nullptr ? ref : Py_None);
@@ -167,8 +182,8 @@ PyObject* py_of(PyObject* self, PyObject* t) {
 
 PyObject* py_of_storage(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   if (!nargs(n, 2, "of_storage(t, meta)")) return nullptr;
-  const at::Tensor* x = tensor_arg(argv[0], "of_storage");
-  return x ? or_none(of_storage(self_of(self), x->storage(), argv[1])) : nullptr;
+  const c10::Storage* st = storage_arg(argv[0], "of_storage");
+  return st ? or_none(of_storage(self_of(self), *st, argv[1])) : nullptr;
 }
 
 PyObject* py_of_pending_storage(PyObject* self, PyObject* sid) {
@@ -187,14 +202,14 @@ PyObject* py_set(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
 
 PyObject* py_set_storage(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   if (!nargs(n, 2, "set_storage(t, ref)")) return nullptr;
-  const at::Tensor* x = tensor_arg(argv[0], "set_storage");
-  return x ? done(set_storage(self_of(self), x->storage(), argv[1])) : nullptr;
+  const c10::Storage* st = storage_arg(argv[0], "set_storage");
+  return st ? done(set_storage(self_of(self), *st, argv[1])) : nullptr;
 }
 
 PyObject* py_set_view_storage(PyObject* self, PyObject* const* argv, Py_ssize_t n) {
   if (!nargs(n, 3, "set_view_storage(t, meta, ref)")) return nullptr;
-  const at::Tensor* x = tensor_arg(argv[0], "set_view_storage");
-  return x ? done(set_view_storage(self_of(self), x->storage(), argv[1], argv[2])) : nullptr;
+  const c10::Storage* st = storage_arg(argv[0], "set_view_storage");
+  return st ? done(set_view_storage(self_of(self), *st, argv[1], argv[2])) : nullptr;
 }
 
 PyObject* py_refs(PyObject* self, PyObject*) {
