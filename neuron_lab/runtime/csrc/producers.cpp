@@ -70,8 +70,8 @@ bool check_ref(PyObject* ref) {
   return false;
 }
 
-// The view entry of ``impl`` with metadata equal to ``meta``: its index in ``v``, -1 (none), or
-// -2 with an exception set (the comparison failed).
+// The index in ``v`` (one storage's view entries) of the entry whose metadata equals ``meta``:
+// -1 for none, -2 with an exception set (the comparison failed).
 Py_ssize_t view_index(const std::vector<ViewEntry>& v, PyObject* meta) {
   for (size_t i = 0; i < v.size(); ++i) {
     PyObject* m = v[i].meta.get();
