@@ -1,5 +1,5 @@
 // Weak references to a pending output's tensor and storage, as the deferral keeps them: two per
-// output, in the record's pair and the producer entries (weak_outputs.h).
+// output, in the record's pair (weak_outputs.h).
 //
 // A ``weakref.ref`` is a cycle-collected object, and CPython counts every such allocation toward
 // its young-collection threshold (700) until it is freed, untracked or not: the two weakrefs of

@@ -1,5 +1,6 @@
 // Weak references to a pending output's tensor and storage without Python weakrefs
-// (weak_outputs.cpp). A record's output pair and a producer entry hold one per object.
+// (weak_outputs.cpp). A record's output pair holds one per object (the producers map holds
+// c10's weak pointers directly: producers.h).
 #pragma once
 #include <Python.h>
 
