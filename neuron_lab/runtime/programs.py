@@ -9,6 +9,7 @@ compile helper's (``helper.py``) or an earlier one, is a cache load.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -58,6 +59,58 @@ def _fx_patches_stay_in_their_thread() -> None:
 
     patch_method._neuron_lab = True
     st._Patcher.patch_method = patch_method
+
+
+_region_compile = threading.local()    # .active: this thread is in compile_program
+
+
+def _fx_meta_stays_in_its_thread() -> None:
+    """``torch.fx.traceback.preserve_node_meta`` copies the process-wide ``current_meta`` when
+    entered and rebinds it to that copy when left; inductor's ``compile_fx`` enters it around
+    every compile and cache load. On a thread compiling a region beside the user's that undoes
+    what the user's thread did meanwhile: ``torch.fx.traceback.annotate`` adds a key when
+    entered and deletes it when left, so a load in between made the delete raise KeyError
+    (``create_block_mask``, in the user's thread, annotates). There the context sets and
+    restores only its flag, ``should_preserve_node_meta``, and leaves ``current_meta`` as it is;
+    elsewhere it is PyTorch's. (A region compiled from scratch on that thread still traces with
+    the process-wide ``current_meta``: dynamo's lock, ``worker._compile_lock``, keeps
+    ``torch.compile`` out of it, not ``annotate``.)"""
+    import contextlib
+
+    from torch.fx import traceback as fx_traceback
+    orig = fx_traceback.preserve_node_meta
+    if getattr(orig, "_neuron_lab", False):
+        return
+
+    @contextlib.contextmanager
+    def flag_only(enable: bool = True):
+        saved = fx_traceback.should_preserve_node_meta
+        try:
+            fx_traceback.should_preserve_node_meta = enable
+            yield
+        finally:
+            fx_traceback.should_preserve_node_meta = saved
+
+    def preserve_node_meta(enable: bool = True):
+        if getattr(_region_compile, "active", False):
+            return flag_only(enable)
+        return orig(enable)
+
+    preserve_node_meta._neuron_lab = True
+    fx_traceback.preserve_node_meta = preserve_node_meta
+
+
+@contextlib.contextmanager
+def _compiling_region():
+    """This thread compiles a region (``compile_program``) beside the user's main thread."""
+    if threading.current_thread() is threading.main_thread():
+        yield
+        return
+    _region_compile.active = True
+    try:
+        yield
+    finally:
+        _region_compile.active = False
 
 
 class Build(NamedTuple):
@@ -125,6 +178,13 @@ def compile_program(gm: fx.GraphModule, examples: list, build: Build = Build(),
     """
     _persist_cache()
     _fx_patches_stay_in_their_thread()
+    _fx_meta_stays_in_its_thread()
+    with _compiling_region():
+        return _compile_program(gm, examples, build, fixed, fallback, packed)
+
+
+def _compile_program(gm, examples, build, fixed, fallback, packed):
+    """``compile_program``'s body."""
     item = torch.ops.aten._local_scalar_dense.default
     if not any(n.target is item for n in gm.graph.nodes):
         return _inductor(gm, _fake(examples), build)

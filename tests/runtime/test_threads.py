@@ -17,7 +17,7 @@ import torch
 
 import neuron_lab
 from neuron_lab import runtime
-from neuron_lab.runtime import knobs
+from neuron_lab.runtime import knobs, programs
 
 
 def _chain(x, w):
@@ -117,7 +117,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import neuron_lab
 from neuron_lab.device import memory, runtime_interface
-from neuron_lab.runtime import knobs
+from neuron_lab.runtime import knobs, programs
 from test_threads import _run_threads
 
 
@@ -160,3 +160,34 @@ def test_memory_accounting_exact_after_threads():
     for mode in ("eager", "adaptive"):
         assert not r[mode + "_errors"], r[mode + "_errors"]
         assert r[mode] == r["base"], ("(counted, pending) at the base and after", mode, r)
+
+
+def test_fx_annotations_of_the_users_thread_survive_a_region_compile_beside_it():
+    """``torch.fx.traceback.annotate`` on the user's thread while a thread compiling a region
+    enters and leaves ``preserve_node_meta``, as inductor's ``compile_fx`` does around every
+    compile and cache load: the annotation stays until its own exit deletes it. Without
+    ``programs._fx_meta_stays_in_its_thread`` the compile's exit rebinds ``current_meta`` to its
+    copy from before the annotation, and that delete raises KeyError (seen in CI from
+    ``create_block_mask``, which annotates, beside a background load)."""
+    from torch.fx import traceback as fx_traceback
+    programs._fx_meta_stays_in_its_thread()
+    entered, annotated, left = threading.Event(), threading.Event(), threading.Event()
+    flags = []
+
+    def compiling():
+        with programs._compiling_region(), fx_traceback.preserve_node_meta():
+            flags.append(fx_traceback.should_preserve_node_meta)
+            entered.set()
+            annotated.wait(10)
+        left.set()
+
+    t = threading.Thread(target=compiling)
+    t.start()
+    assert entered.wait(10)
+    with fx_traceback.annotate({"user": 1}):
+        annotated.set()
+        assert left.wait(10)
+        assert fx_traceback.current_meta["custom"] == {"user": 1}
+    t.join(10)
+    assert "custom" not in fx_traceback.current_meta
+    assert flags == [True] and fx_traceback.should_preserve_node_meta is False
