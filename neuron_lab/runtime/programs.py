@@ -75,8 +75,6 @@ def _fx_meta_stays_in_its_thread() -> None:
     elsewhere it is PyTorch's. (A region compiled from scratch on that thread still traces with
     the process-wide ``current_meta``: dynamo's lock, ``worker._compile_lock``, keeps
     ``torch.compile`` out of it, not ``annotate``.)"""
-    import contextlib
-
     from torch.fx import traceback as fx_traceback
     orig = fx_traceback.preserve_node_meta
     if getattr(orig, "_neuron_lab", False):

@@ -156,7 +156,7 @@ def test_weak_ref_answers_as_a_weakref_does():
         st_id = id(st)
         del st
         gc.collect()
-        # PyTorch keeps a live storage's one Python object (weak_is compares addresses on it)
+        # PyTorch keeps a live storage's one Python object: the reference answers with it
         assert id(copy.untyped_storage()) == st_id and pairs[1][0]() is copy.untyped_storage()
         other = torch.ones(4, device="neuron")
         assert pairs[1][0]() is not other.untyped_storage()

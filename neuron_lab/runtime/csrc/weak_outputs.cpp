@@ -10,8 +10,7 @@
 // a weakref (``w()``: the object, or None once it died; the Python engine's code reads both
 // kinds) and answers by locking the pointer. A live
 // TensorImpl or StorageImpl keeps its one Python object alive (PyTorch's PyObject preservation),
-// so "the impl is alive" is "the object is alive", as for a weakref; the object's address is
-// kept for identity tests (``weak_is``: equal address and a live impl, as a weakref's ``is``).
+// so "the impl is alive" is "the object is alive", as for a weakref.
 //
 // A storage's reference is made from its c10::Storage, never its Python object (weak_outputs.h
 // says why); its identity is its StorageImpl's address (``storage_id``), which cannot be reused
@@ -36,9 +35,6 @@ struct WeakRef {
   PyObject_HEAD
   std::optional<WeakTensor> tensor;     // exactly one of the two is set
   std::optional<WeakStorage> storage;
-  PyObject* obj;                        // the object's address (never dereferenced): while the
-                                        // impl lives, its Python object is this one; nullptr
-                                        // for a storage's (identity is its StorageImpl's)
   const void* impl;                     // a storage's StorageImpl (never dereferenced)
 };
 
@@ -157,7 +153,6 @@ PyObject* weak_ref(PyObject* o) {
   if (w == nullptr) return nullptr;
   new (&w->tensor) std::optional<WeakTensor>(THPVariable_Unpack(o).getIntrusivePtr());
   new (&w->storage) std::optional<WeakStorage>();
-  w->obj = o;
   w->impl = nullptr;
   return reinterpret_cast<PyObject*>(w);
 }
@@ -167,7 +162,6 @@ PyObject* weak_storage_ref(const c10::Storage& storage) {
   if (w == nullptr) return nullptr;
   new (&w->tensor) std::optional<WeakTensor>();
   new (&w->storage) std::optional<WeakStorage>(storage.getWeakStorageImpl());
-  w->obj = nullptr;
   w->impl = storage.unsafeGetStorageImpl();
   return reinterpret_cast<PyObject*>(w);
 }
@@ -178,25 +172,6 @@ PyObject* weak_object(PyObject* w) {
   PyErr_Format(PyExc_TypeError, "neuron_lab: a weak reference was expected, not %s",
                Py_TYPE(w)->tp_name);
   return nullptr;
-}
-
-bool weak_is(PyObject* w, PyObject* o) {
-  if (Py_TYPE(w) == &WeakRefType) {
-    auto* r = reinterpret_cast<WeakRef*>(w);
-    if (r->storage)                      // the same live StorageImpl
-      return THPStorage_Check(o) && weak_is_impl(w, THPStorage_Unpack(o).unsafeGetStorageImpl());
-    return r->obj == o && !expired(r);   // a live object's address is its own
-  }
-  return PyWeakref_CheckRef(w) && PyWeakref_GetObject(w) == o;
-}
-
-bool weak_is_impl(PyObject* w, const void* impl) {
-  if (Py_TYPE(w) == &WeakRefType) {
-    auto* r = reinterpret_cast<WeakRef*>(w);
-    return r->storage && r->impl == impl && !expired(r);
-  }
-  PyObject* o = PyWeakref_CheckRef(w) ? PyWeakref_GetObject(w) : nullptr;   // borrowed
-  return o != nullptr && THPStorage_Check(o) && THPStorage_Unpack(o).unsafeGetStorageImpl() == impl;
 }
 
 int weak_alive(PyObject* w) {

@@ -24,14 +24,6 @@ PyObject* weak_storage_ref(const c10::Storage& storage);
 // died, or nullptr with an exception set.
 PyObject* weak_object(PyObject* w);
 
-// Does ``w`` (a weak_ref or a weakref.ref) refer to ``o``, which is alive? Makes no reference.
-// For a storage, "refers to" is "has the same StorageImpl".
-bool weak_is(PyObject* w, PyObject* o);
-
-// Does ``w`` (a weak_ref or a weakref.ref) refer to the live StorageImpl ``impl``? Makes no
-// reference.
-bool weak_is_impl(PyObject* w, const void* impl);
-
 // Is what ``w`` refers to alive? 1 or 0; -1 with an exception set (``w`` neither kind).
 int weak_alive(PyObject* w);
 
